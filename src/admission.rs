@@ -1,0 +1,379 @@
+//! Admission: on a cache miss, may the fetched object be stored? A pure decision the proxy and the
+//! simulator both act on.
+//!
+//! * [`Admission`] is the trait: `on_miss(key, now) -> Decision`, no I/O, `&self`, thread-safe.
+//! * [`AdmitAll`] stores every miss (the baseline).
+//! * [`Rotating`] keeps two generations of sightings (`current` takes inserts, `previous` is
+//!   read-only) and admits a key once it has been seen enough times across both. Its generations
+//!   are a [`Bloom`](crate::bloom::Bloom) (`second-hit`), a
+//!   [`Counting`](crate::bloom::Counting) filter (`nth-hit:N`) or exact hash maps
+//!   ([`Exact`]: `second-hit-exact`, `nth-hit-exact:N`), which isolate what the approximation
+//!   costs.
+//! * [`Policy`] names a policy as on the command line; [`Settings`] holds the filter settings
+//!   and builds any policy from a name.
+//!
+//! Only misses are recorded: a hit never reaches the admission policy.
+//!
+//! # Example
+//! ```
+//! use secondhit::admission::{Admission, Decision, Policy, Settings};
+//! use secondhit::KeyHash;
+//! use std::time::Duration;
+//!
+//! let policy = Settings::default().build(Policy::SecondHit)?;
+//! let key = KeyHash::of(b"GET example.com/a.js");
+//! let t = Duration::from_secs(0);
+//! assert_eq!(policy.on_miss(key, t), Decision::Defer); // one-hit wonder so far: don't store
+//! assert_eq!(policy.on_miss(key, t), Decision::Admit); // second request: store it
+//! assert_eq!(policy.stats().admitted, 1);
+//! # Ok::<(), secondhit::admission::PolicyError>(())
+//! ```
+
+mod exact;
+mod rotating;
+
+pub use exact::Exact;
+pub use rotating::{Generation, Kind, Rotating, Window};
+
+use crate::bloom::{Bloom, Counting, Layout, ParamError, Params, MAX_COUNT};
+use crate::hash::KeyHash;
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// What to do with a missed object once it is fetched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Store it.
+    Admit,
+    /// Serve it but do not store it (not seen often enough yet).
+    Defer,
+}
+
+impl Decision {
+    /// `"admit"` or `"defer"`, for logs and labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Decision::Admit => "admit",
+            Decision::Defer => "defer",
+        }
+    }
+
+    /// Whether the object should be stored.
+    pub const fn is_admit(self) -> bool {
+        matches!(self, Decision::Admit)
+    }
+}
+
+/// An admission policy shared by the proxy (many threads, system time) and the simulator (one
+/// thread per run, trace time).
+///
+/// Implementations must be pure of I/O and must not read a clock: `now` is the caller's time
+/// since its [`Clock`](crate::clock::Clock)'s epoch. Time going backwards counts as no time
+/// passing.
+pub trait Admission: Send + Sync + fmt::Debug {
+    /// Records a miss for `key` at `now` and decides whether to store the object.
+    fn on_miss(&self, key: KeyHash, now: Duration) -> Decision;
+
+    /// The policy's counters (cumulative since it was built) and, for filter-based policies, the
+    /// state of the filters. Filter fields read the whole filter: call it for reports and
+    /// metrics, not per request.
+    fn stats(&self) -> Stats;
+
+    /// The policy's name as on the command line, e.g. `second-hit` or `nth-hit:3`.
+    fn name(&self) -> String;
+}
+
+/// What every policy counts. Counters are cumulative since the policy was built.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// Misses that were admitted.
+    pub admitted: u64,
+    /// Misses that were deferred.
+    pub deferred: u64,
+    /// Generation rotations so far.
+    pub rotations: u64,
+    /// The generations' state, for policies that keep them.
+    pub filter: Option<FilterStats>,
+}
+
+/// The state of a rotating pair of generations.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FilterStats {
+    /// Distinct keys recorded in `current` since the last rotation (for a filter, keys that set
+    /// at least one new position).
+    pub current_items: u64,
+    /// Fraction of `current`'s bits (counters) set; 0 for exact sets.
+    pub current_fill: f64,
+    /// Fraction of `previous`'s bits (counters) set; 0 for exact sets.
+    pub previous_fill: f64,
+    /// Estimated chance that a key never seen reads as seen in either generation:
+    /// `1 - (1 - fill_c^k)(1 - fill_p^k)`; 0 for exact sets.
+    pub estimated_fpr: f64,
+    /// Heap memory of both generations, in bytes (for exact sets, an estimate of the tables).
+    pub memory_bytes: u64,
+}
+
+/// Why a policy could not be built or parsed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PolicyError {
+    /// A policy name that is not one of the known ones.
+    #[error("unknown admission policy {0:?}: expected admit-all, second-hit, second-hit-exact, nth-hit:N or nth-hit-exact:N")]
+    Unknown(String),
+    /// `nth-hit:N` with N outside 2..=16.
+    #[error("{policy}: N must be a whole number from 2 to {} (use admit-all for N = 1), got {value:?}", MAX_COUNT + 1)]
+    BadN {
+        /// The policy as written.
+        policy: String,
+        /// The N as written.
+        value: String,
+    },
+    /// The filter's parameters were refused.
+    #[error("filter settings: {0}")]
+    Filter(#[from] ParamError),
+}
+
+/// A policy by name, as on the command line (`admit-all`, `second-hit`, `second-hit-exact`,
+/// `nth-hit:N`, `nth-hit-exact:N`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Store every miss.
+    AdmitAll,
+    /// Store on the second request within the windows (rotating Bloom pair).
+    SecondHit,
+    /// `second-hit` over exact sets with the same time windows.
+    SecondHitExact,
+    /// Store on the N-th request within the windows (rotating counting-Bloom pair), 2 <= N <= 16.
+    NthHit(u32),
+    /// `nth-hit:N` over exact counts with the same time windows.
+    NthHitExact(u32),
+}
+
+impl Policy {
+    /// Whether the policy keeps a Bloom-style filter (and so has a false-positive rate).
+    pub fn is_approximate(self) -> bool {
+        matches!(self, Policy::SecondHit | Policy::NthHit(_))
+    }
+
+    /// The exact counterpart with the same windows, if the policy is approximate.
+    pub fn exact_counterpart(self) -> Option<Policy> {
+        match self {
+            Policy::SecondHit => Some(Policy::SecondHitExact),
+            Policy::NthHit(n) => Some(Policy::NthHitExact(n)),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::AdmitAll => f.write_str("admit-all"),
+            Policy::SecondHit => f.write_str("second-hit"),
+            Policy::SecondHitExact => f.write_str("second-hit-exact"),
+            Policy::NthHit(n) => write!(f, "nth-hit:{n}"),
+            Policy::NthHitExact(n) => write!(f, "nth-hit-exact:{n}"),
+        }
+    }
+}
+
+impl FromStr for Policy {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let parse_n = |v: &str| -> Result<u32, PolicyError> {
+            match v.parse::<u32>() {
+                Ok(n) if (2..=MAX_COUNT + 1).contains(&n) => Ok(n),
+                _ => Err(PolicyError::BadN {
+                    policy: s.to_string(),
+                    value: v.to_string(),
+                }),
+            }
+        };
+        match s {
+            "admit-all" => Ok(Policy::AdmitAll),
+            "second-hit" => Ok(Policy::SecondHit),
+            "second-hit-exact" => Ok(Policy::SecondHitExact),
+            _ => {
+                if let Some(v) = s.strip_prefix("nth-hit:") {
+                    Ok(Policy::NthHit(parse_n(v)?))
+                } else if let Some(v) = s.strip_prefix("nth-hit-exact:") {
+                    Ok(Policy::NthHitExact(parse_n(v)?))
+                } else {
+                    Err(PolicyError::Unknown(s.to_string()))
+                }
+            }
+        }
+    }
+}
+
+/// The settings every windowed policy shares; `serve` and `simulate` use the same defaults, so
+/// that a prediction and a live run with no options describe the same cache.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Settings {
+    /// How long a generation takes inserts before it rotates; `None` never rotates on time.
+    pub window: Option<Duration>,
+    /// Distinct keys a generation is sized for; a filter rotates early when `current` has taken
+    /// this many, so its false-positive rate stays near `fpr` under a surge.
+    pub expected_items: u64,
+    /// Target false-positive rate of one generation at `expected_items`.
+    pub fpr: f64,
+    /// The filters' layout.
+    pub layout: Layout,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            window: Some(Self::DEFAULT_WINDOW),
+            expected_items: Self::DEFAULT_EXPECTED_ITEMS,
+            fpr: Self::DEFAULT_FPR,
+            layout: Layout::Blocked,
+        }
+    }
+}
+
+impl Settings {
+    /// Default window: one hour.
+    pub const DEFAULT_WINDOW: Duration = Duration::from_secs(3600);
+    /// Default distinct keys per generation: one million (1.2 MiB per generation at 1 %).
+    pub const DEFAULT_EXPECTED_ITEMS: u64 = 1_000_000;
+    /// Default target false-positive rate: 1 %.
+    pub const DEFAULT_FPR: f64 = 0.01;
+
+    /// The parameters of one generation's filter.
+    pub fn filter_params(&self) -> Result<Params, ParamError> {
+        Params::for_rate(self.expected_items, self.fpr, self.layout)
+    }
+
+    /// Builds a policy with these settings. Exact policies rotate on time only (they have no
+    /// false-positive rate to protect), so with `window: None` they never forget.
+    pub fn build(&self, policy: Policy) -> Result<Box<dyn Admission>, PolicyError> {
+        let filter_window = Window {
+            length: self.window,
+            max_items: Some(self.expected_items),
+        };
+        let exact_window = Window {
+            length: self.window,
+            max_items: None,
+        };
+        Ok(match policy {
+            Policy::AdmitAll => Box::new(AdmitAll::default()),
+            Policy::SecondHit => {
+                let p = self.filter_params()?;
+                Box::new(Rotating::new(
+                    Bloom::new(p),
+                    Bloom::new(p),
+                    1,
+                    filter_window,
+                ))
+            }
+            Policy::NthHit(n) => {
+                let p = self.filter_params()?;
+                Box::new(Rotating::new(
+                    Counting::new(p),
+                    Counting::new(p),
+                    n - 1,
+                    filter_window,
+                ))
+            }
+            Policy::SecondHitExact => {
+                Box::new(Rotating::new(Exact::new(), Exact::new(), 1, exact_window))
+            }
+            Policy::NthHitExact(n) => Box::new(Rotating::new(
+                Exact::new(),
+                Exact::new(),
+                n - 1,
+                exact_window,
+            )),
+        })
+    }
+}
+
+/// Admits every miss: the classic cache, and the baseline every other policy is compared with.
+#[derive(Debug, Default)]
+pub struct AdmitAll {
+    admitted: AtomicU64,
+}
+
+impl Admission for AdmitAll {
+    fn on_miss(&self, _key: KeyHash, _now: Duration) -> Decision {
+        self.admitted.fetch_add(1, Relaxed);
+        Decision::Admit
+    }
+
+    fn stats(&self) -> Stats {
+        Stats {
+            admitted: self.admitted.load(Relaxed),
+            ..Stats::default()
+        }
+    }
+
+    fn name(&self) -> String {
+        Policy::AdmitAll.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_names_round_trip() {
+        for name in [
+            "admit-all",
+            "second-hit",
+            "second-hit-exact",
+            "nth-hit:2",
+            "nth-hit:16",
+            "nth-hit-exact:5",
+        ] {
+            let p: Policy = name.parse().unwrap();
+            assert_eq!(p.to_string(), name);
+            let built = Settings::default().build(p).unwrap();
+            assert_eq!(built.name(), name);
+        }
+    }
+
+    #[test]
+    fn bad_policy_names_say_what_is_wrong() {
+        let e = "second_hit".parse::<Policy>().unwrap_err().to_string();
+        assert!(
+            e.contains("\"second_hit\"") && e.contains("nth-hit:N"),
+            "{e}"
+        );
+        for bad in ["nth-hit:1", "nth-hit:17", "nth-hit:x", "nth-hit:"] {
+            let e = bad.parse::<Policy>().unwrap_err().to_string();
+            assert!(e.contains("from 2 to 16"), "{bad}: {e}");
+        }
+        let s = Settings {
+            fpr: 1.5,
+            ..Settings::default()
+        };
+        let e = s.build(Policy::SecondHit).unwrap_err().to_string();
+        assert!(e.contains("1.5"), "{e}");
+        // An exact policy needs no filter, so bad filter settings do not matter to it.
+        assert!(s.build(Policy::SecondHitExact).is_ok());
+    }
+
+    #[test]
+    fn admit_all_admits_and_counts() {
+        let a = AdmitAll::default();
+        for i in 0..5 {
+            assert_eq!(
+                a.on_miss(KeyHash::of_u64(i), Duration::ZERO),
+                Decision::Admit
+            );
+        }
+        assert_eq!(
+            a.stats(),
+            Stats {
+                admitted: 5,
+                ..Stats::default()
+            }
+        );
+    }
+}

@@ -1,0 +1,539 @@
+//! Two generations of sightings, rotated atomically: the heart of `second-hit`.
+//!
+//! `current` takes every miss; `previous` is only read. A key counts as seen as often as the two
+//! generations together say. Rotation (`previous <- current`, `current <- empty`) replaces the
+//! pair behind an [`ArcSwap`] in one atomic store, so readers never block and never see half a
+//! rotation. Memory stays fixed: the generation that falls off is cleared and becomes the new
+//! `current`.
+//!
+//! Rotation is due when the window has passed since the last one, or when `current` has taken
+//! its sized number of distinct keys. Exactly one caller performs it per trigger: the others
+//! find the rotation lock taken (and carry on with the old pair) or, once they get it, find the
+//! trigger already gone.
+
+use super::{Admission, Decision, FilterStats, Stats};
+use crate::bloom::{Bloom, Counting};
+use crate::hash::KeyHash;
+use arc_swap::ArcSwap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::Duration;
+
+/// One generation of sightings: a set that can count (perhaps only to 1) and only grows until
+/// cleared. Implemented by [`Bloom`] (counts to 1), [`Counting`] (to 15) and
+/// [`Exact`](super::Exact).
+pub trait Generation: Send + Sync + 'static {
+    /// What kind of generation this is; names the policy.
+    const KIND: Kind;
+    /// Records one sighting of `key`; returns the count before it, never below the truth (up to
+    /// the generation's maximum).
+    fn record(&self, key: KeyHash) -> u32;
+    /// The key's count, never below the truth (up to the maximum).
+    fn count(&self, key: KeyHash) -> u32;
+    /// Forgets everything.
+    fn clear(&self);
+    /// `(fill, false-positive rate)` for approximate generations, `None` for exact ones. O(size).
+    fn accuracy(&self) -> Option<(f64, f64)>;
+    /// Heap memory in bytes (an estimate for hash tables).
+    fn memory_bytes(&self) -> u64;
+}
+
+impl Generation for Bloom {
+    const KIND: Kind = Kind::Bloom;
+    #[inline]
+    fn record(&self, key: KeyHash) -> u32 {
+        u32::from(self.insert(key))
+    }
+    #[inline]
+    fn count(&self, key: KeyHash) -> u32 {
+        u32::from(self.contains(key))
+    }
+    fn clear(&self) {
+        Bloom::clear(self)
+    }
+    fn accuracy(&self) -> Option<(f64, f64)> {
+        let fill = self.fill_ratio();
+        Some((fill, fill.powi(self.params().hashes as i32)))
+    }
+    fn memory_bytes(&self) -> u64 {
+        Bloom::memory_bytes(self)
+    }
+}
+
+impl Generation for Counting {
+    const KIND: Kind = Kind::Counting;
+    #[inline]
+    fn record(&self, key: KeyHash) -> u32 {
+        self.increment(key)
+    }
+    #[inline]
+    fn count(&self, key: KeyHash) -> u32 {
+        Counting::count(self, key)
+    }
+    fn clear(&self) {
+        Counting::clear(self)
+    }
+    fn accuracy(&self) -> Option<(f64, f64)> {
+        let fill = self.fill_ratio();
+        Some((fill, fill.powi(self.params().hashes as i32)))
+    }
+    fn memory_bytes(&self) -> u64 {
+        Counting::memory_bytes(self)
+    }
+}
+
+/// The kinds of [`Generation`], for naming a [`Rotating`] policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Membership only (counts 0 or 1).
+    Bloom,
+    /// Approximate counts.
+    Counting,
+    /// Exact counts.
+    Exact,
+}
+
+/// When a generation rotates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Rotate when the current window of this length has ended. Windows lie on a fixed grid
+    /// that starts at the first miss (and restarts at a count-triggered rotation). `None`: never
+    /// on time.
+    pub length: Option<Duration>,
+    /// Rotate when `current` has recorded this many distinct keys. `None`: never on count.
+    pub max_items: Option<u64>,
+}
+
+const NOT_STARTED: u64 = u64::MAX;
+
+struct Pair<G> {
+    current: Arc<G>,
+    previous: Arc<G>,
+    /// When this pair's window began, in nanoseconds; `NOT_STARTED` until the first miss.
+    started: AtomicU64,
+    /// Distinct keys `current` has recorded.
+    distinct: AtomicU64,
+}
+
+/// A counter alone on its cache line, so that threads bumping different counters do not fight
+/// over one line.
+#[derive(Default)]
+#[repr(align(64))]
+struct Padded(AtomicU64);
+
+/// The rotating-pair policy: admits a miss when the key's count over both generations, before
+/// this miss, reaches `threshold` (1 for second-hit, N - 1 for nth-hit:N).
+///
+/// Guarantee (tested): while `current` stays under `max_items` distinct keys, a key seen at time
+/// `t` is admitted on any later miss before `t + window`, and (barring false positives) a key not
+/// seen since `t` is forgotten from `t + 2 * window` on: windows lie on a fixed grid from the
+/// first miss. A false positive can only admit early, never defer.
+///
+/// # Example
+/// ```
+/// use secondhit::admission::{Admission, Decision, Rotating, Window};
+/// use secondhit::bloom::{Bloom, Layout, Params};
+/// use secondhit::KeyHash;
+/// use std::time::Duration;
+///
+/// let p = Params::for_rate(10_000, 0.01, Layout::Blocked)?;
+/// let window = Window { length: Some(Duration::from_secs(60)), max_items: Some(10_000) };
+/// let policy = Rotating::new(Bloom::new(p), Bloom::new(p), 1, window);
+/// let key = KeyHash::of(b"/index.html");
+/// let s = Duration::from_secs;
+/// assert_eq!(policy.on_miss(key, s(0)), Decision::Defer);
+/// assert_eq!(policy.on_miss(key, s(59)), Decision::Admit);
+/// // Not seen for two windows: forgotten, so deferred again.
+/// assert_eq!(policy.on_miss(key, s(300)), Decision::Defer);
+/// assert_eq!(policy.stats().rotations, 1);
+/// # Ok::<(), secondhit::bloom::ParamError>(())
+/// ```
+pub struct Rotating<G> {
+    pair: ArcSwap<Pair<G>>,
+    threshold: u32,
+    window: Window,
+    rotation: Mutex<()>,
+    admitted: Padded,
+    deferred: Padded,
+    rotations: AtomicU64,
+}
+
+impl<G> fmt::Debug for Rotating<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rotating")
+            .field("generation", &std::any::type_name::<G>())
+            .field("threshold", &self.threshold)
+            .field("window", &self.window)
+            .finish_non_exhaustive()
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+}
+
+impl<G: Generation> Rotating<G> {
+    /// A policy over two empty generations (`current`, `previous`) that admits a key once its
+    /// count before the miss reaches `threshold` (0 admits everything). The first window starts
+    /// at the first miss.
+    pub fn new(current: G, previous: G, threshold: u32, window: Window) -> Self {
+        Rotating {
+            pair: ArcSwap::from_pointee(Pair {
+                current: Arc::new(current),
+                previous: Arc::new(previous),
+                started: AtomicU64::new(NOT_STARTED),
+                distinct: AtomicU64::new(0),
+            }),
+            threshold,
+            window,
+            rotation: Mutex::new(()),
+            admitted: Padded::default(),
+            deferred: Padded::default(),
+            rotations: AtomicU64::new(0),
+        }
+    }
+
+    /// The rotation rules.
+    pub fn window(&self) -> Window {
+        self.window
+    }
+
+    fn rotation_due(&self, pair: &Pair<G>, now: u64) -> bool {
+        let started = pair.started.load(Relaxed);
+        if started == NOT_STARTED {
+            // The first miss starts the first window; losing this race to another first miss
+            // is fine (both are "now").
+            let _ = pair
+                .started
+                .compare_exchange(NOT_STARTED, now, Relaxed, Relaxed);
+            return false;
+        }
+        self.window
+            .length
+            .is_some_and(|w| now.saturating_sub(started) >= nanos(w))
+            || self
+                .window
+                .max_items
+                .is_some_and(|m| pair.distinct.load(Relaxed) >= m)
+    }
+
+    /// Rotates if still due once the rotation lock is held; returns at once if another caller is
+    /// rotating (it keeps using the old pair, which stays valid).
+    #[cold]
+    fn rotate(&self, now: u64) {
+        let _guard = match self.rotation.try_lock() {
+            Ok(g) => g,
+            // The lock guards no data, so a panic while holding it left nothing inconsistent.
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let old = self.pair.load_full();
+        if !self.rotation_due(&old, now) {
+            return;
+        }
+        // Windows stay on a fixed grid from the first miss, so the pair covers between one and
+        // two whole windows: a sighting at t is kept until at least t + window and at most
+        // t + 2 * window. A count-triggered rotation starts a new grid at `now`.
+        let started = old.started.load(Relaxed);
+        let elapsed = now.saturating_sub(started);
+        let (new_start, both_stale) = match self.window.length.map(nanos) {
+            Some(w) if w > 0 && elapsed >= w => (started + elapsed / w * w, elapsed / w >= 2),
+            _ => (now, false),
+        };
+        // The generation falling off is recycled as the new `current`: memory stays fixed.
+        old.previous.clear();
+        if both_stale {
+            // Nothing was recorded for a whole window: what `current` holds is over two windows old.
+            old.current.clear();
+        }
+        self.pair.store(Arc::new(Pair {
+            current: Arc::clone(&old.previous),
+            previous: Arc::clone(&old.current),
+            started: AtomicU64::new(new_start),
+            distinct: AtomicU64::new(0),
+        }));
+        self.rotations.fetch_add(1, Relaxed);
+    }
+}
+
+impl<G: Generation> Admission for Rotating<G> {
+    #[inline]
+    fn on_miss(&self, key: KeyHash, now: Duration) -> Decision {
+        let now = nanos(now);
+        let mut pair = self.pair.load();
+        if self.rotation_due(&pair, now) {
+            self.rotate(now);
+            pair = self.pair.load();
+        }
+        let before = pair.current.record(key);
+        if before == 0 {
+            pair.distinct.fetch_add(1, Relaxed);
+        }
+        let seen = if before >= self.threshold {
+            before
+        } else {
+            before + pair.previous.count(key)
+        };
+        if seen >= self.threshold {
+            self.admitted.0.fetch_add(1, Relaxed);
+            Decision::Admit
+        } else {
+            self.deferred.0.fetch_add(1, Relaxed);
+            Decision::Defer
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let pair = self.pair.load();
+        let cur = pair.current.accuracy();
+        let prev = pair.previous.accuracy();
+        let (current_fill, cur_fpr) = cur.unwrap_or((0.0, 0.0));
+        let (previous_fill, prev_fpr) = prev.unwrap_or((0.0, 0.0));
+        Stats {
+            admitted: self.admitted.0.load(Relaxed),
+            deferred: self.deferred.0.load(Relaxed),
+            rotations: self.rotations.load(Relaxed),
+            filter: Some(FilterStats {
+                current_items: pair.distinct.load(Relaxed),
+                current_fill,
+                previous_fill,
+                estimated_fpr: 1.0 - (1.0 - cur_fpr) * (1.0 - prev_fpr),
+                memory_bytes: pair.current.memory_bytes() + pair.previous.memory_bytes(),
+            }),
+        }
+    }
+
+    fn name(&self) -> String {
+        use super::Policy;
+        match (G::KIND, self.threshold) {
+            (Kind::Bloom, 1) => Policy::SecondHit.to_string(),
+            (Kind::Bloom, t) => format!("bloom-threshold:{t}"),
+            (Kind::Counting, t) => Policy::NthHit(t + 1).to_string(),
+            (Kind::Exact, 1) => Policy::SecondHitExact.to_string(),
+            (Kind::Exact, t) => Policy::NthHitExact(t + 1).to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Exact, Policy, Settings};
+    use super::*;
+    use crate::bloom::{Layout, Params};
+    use crate::clock::{Clock, ManualClock};
+    use std::sync::Barrier;
+
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
+    }
+
+    fn second_hit(window: u64, max_items: Option<u64>) -> Rotating<Bloom> {
+        let p = Params::for_rate(10_000, 0.001, Layout::Standard).unwrap();
+        Rotating::new(
+            Bloom::new(p),
+            Bloom::new(p),
+            1,
+            Window {
+                length: Some(s(window)),
+                max_items,
+            },
+        )
+    }
+
+    #[test]
+    fn first_request_defers_second_admits() {
+        let p = second_hit(60, None);
+        let k = KeyHash::of(b"k");
+        assert_eq!(p.on_miss(k, s(0)), Decision::Defer);
+        assert_eq!(p.on_miss(k, s(1)), Decision::Admit);
+        assert_eq!(p.on_miss(k, s(2)), Decision::Admit);
+        let st = p.stats();
+        assert_eq!((st.admitted, st.deferred, st.rotations), (2, 1, 0));
+        let f = st.filter.unwrap();
+        assert_eq!(f.current_items, 1);
+        assert!(f.current_fill > 0.0 && f.previous_fill == 0.0);
+    }
+
+    #[test]
+    fn a_sighting_survives_one_rotation_and_dies_at_the_second() {
+        let p = second_hit(60, None);
+        let (a, b) = (KeyHash::of(b"a"), KeyHash::of(b"b"));
+        p.on_miss(a, s(10)); // window 1 starts at 10
+        p.on_miss(b, s(65)); // 65 - 10 < 60: no rotation yet
+        assert_eq!(p.stats().rotations, 0);
+        // At 70 the window rotates; `a` is in previous and still admitted.
+        assert_eq!(p.on_miss(a, s(70)), Decision::Admit);
+        assert_eq!(p.stats().rotations, 1);
+        // At 130 a second rotation drops the generation of 10..70 that held `b`'s sighting at
+        // 65; `a`, recorded again at 70, is still known.
+        assert_eq!(p.on_miss(b, s(130)), Decision::Defer);
+        assert_eq!(p.on_miss(a, s(131)), Decision::Admit);
+        assert_eq!(p.stats().rotations, 2);
+    }
+
+    #[test]
+    fn a_long_gap_forgets_both_generations() {
+        let p = second_hit(60, None);
+        let k = KeyHash::of(b"k");
+        p.on_miss(k, s(0));
+        assert_eq!(p.on_miss(k, s(120)), Decision::Defer);
+        assert_eq!(p.stats().rotations, 1);
+    }
+
+    #[test]
+    fn time_going_backwards_is_no_time_passing() {
+        let p = second_hit(60, None);
+        let k = KeyHash::of(b"k");
+        p.on_miss(k, s(100));
+        assert_eq!(p.on_miss(k, s(5)), Decision::Admit);
+        assert_eq!(p.stats().rotations, 0);
+    }
+
+    #[test]
+    fn a_surge_rotates_early_on_count() {
+        let p = second_hit(3600, Some(100));
+        for i in 0..250u64 {
+            p.on_miss(KeyHash::of_u64(i), s(0));
+        }
+        // 100 distinct keys fill a generation; the 101st and 201st misses rotate.
+        assert_eq!(p.stats().rotations, 2);
+        assert_eq!(p.stats().filter.unwrap().current_items, 50);
+        // Keys 100..200 are in previous, 200..250 in current, 0..100 forgotten.
+        assert_eq!(p.on_miss(KeyHash::of_u64(150), s(1)), Decision::Admit);
+        assert_eq!(p.on_miss(KeyHash::of_u64(5), s(1)), Decision::Defer);
+    }
+
+    #[test]
+    fn exact_with_no_window_never_forgets() {
+        let p = Settings {
+            window: None,
+            ..Settings::default()
+        }
+        .build(Policy::SecondHitExact)
+        .unwrap();
+        let k = KeyHash::of(b"k");
+        p.on_miss(k, s(0));
+        for i in 0..5_000u64 {
+            p.on_miss(KeyHash::of_u64(i), s(i));
+        }
+        assert_eq!(
+            p.on_miss(k, Duration::from_secs(u64::MAX / 4)),
+            Decision::Admit
+        );
+        assert_eq!(p.stats().rotations, 0);
+    }
+
+    #[test]
+    fn nth_hit_admits_on_the_nth_request_across_generations() {
+        let p = Settings {
+            window: Some(s(60)),
+            ..Settings::default()
+        }
+        .build(Policy::NthHit(3))
+        .unwrap();
+        let k = KeyHash::of(b"k");
+        assert_eq!(p.on_miss(k, s(0)), Decision::Defer);
+        // The second sighting is in the next generation: counts add up across the pair.
+        assert_eq!(p.on_miss(k, s(61)), Decision::Defer);
+        assert_eq!(p.on_miss(k, s(62)), Decision::Admit);
+        assert_eq!(p.stats().rotations, 1);
+    }
+
+    #[test]
+    fn nth_hit_2_decides_exactly_as_second_hit() {
+        // Same parameters, same positions: a counter is non-zero exactly where a bit is set.
+        for layout in [Layout::Standard, Layout::Blocked] {
+            let settings = Settings {
+                window: Some(s(50)),
+                expected_items: 300,
+                fpr: 0.05,
+                layout,
+            };
+            let a = settings.build(Policy::SecondHit).unwrap();
+            let b = settings.build(Policy::NthHit(2)).unwrap();
+            let mut x = 1u64;
+            for t in 0..20_000u64 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let key = KeyHash::of_u64((x >> 33) % 2_000);
+                assert_eq!(a.on_miss(key, s(t / 10)), b.on_miss(key, s(t / 10)), "{t}");
+            }
+            let (sa, sb) = (a.stats(), b.stats());
+            assert_eq!((sa.admitted, sa.rotations), (sb.admitted, sb.rotations));
+            assert!(sa.rotations > 10);
+        }
+    }
+
+    #[test]
+    fn exactly_one_rotation_per_trigger_under_concurrency() {
+        let p = Arc::new(second_hit(60, None));
+        let clock = Arc::new(ManualClock::new(s(0)));
+        p.on_miss(KeyHash::of(b"start"), clock.now());
+        for round in 1..=20u64 {
+            clock.set(s(60 * round));
+            let barrier = Arc::new(Barrier::new(8));
+            let threads: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let (p, clock, barrier) = (p.clone(), clock.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        for i in 0..200 {
+                            p.on_miss(KeyHash::of_u64(t * 1000 + i), clock.now());
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(p.stats().rotations, round);
+        }
+    }
+
+    #[test]
+    fn concurrent_misses_never_lose_a_sighting() {
+        // Each thread records its own keys; after joining, every one of them is admitted.
+        let p = Arc::new(second_hit(3600, None));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2_000u64 {
+                        p.on_miss(KeyHash::of_u64(t << 32 | i), s(0));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for t in 0..4u64 {
+            for i in 0..2_000u64 {
+                assert_eq!(
+                    p.on_miss(KeyHash::of_u64(t << 32 | i), s(1)),
+                    Decision::Admit
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn exact_generation_counts() {
+        let p = Rotating::new(
+            Exact::new(),
+            Exact::new(),
+            3,
+            Window {
+                length: None,
+                max_items: None,
+            },
+        );
+        let k = KeyHash::of(b"k");
+        let d: Vec<_> = (0..5).map(|_| p.on_miss(k, s(0))).collect();
+        use Decision::*;
+        assert_eq!(d, [Defer, Defer, Defer, Admit, Admit]);
+        assert_eq!(p.name(), "nth-hit-exact:4");
+    }
+}

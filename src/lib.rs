@@ -1,0 +1,43 @@
+//! # secondhit
+//!
+//! A CDN edge cache that stores an object only on its **second** request, and the trace lab that
+//! measures that choice. Most objects on a CDN edge are requested once; storing them costs a write
+//! and evicts something useful. A time-rotating pair of Bloom filters remembers "seen once" in
+//! about ten bits a key, so a miss is stored only when the key was seen before.
+//!
+//! This crate is also a library: the Bloom filter and the admission policies are a public API
+//! that another proxy can embed (see `examples/moka_second_hit.rs`).
+//!
+//! ```
+//! use secondhit::admission::{Admission, Decision, Policy, Settings};
+//! use secondhit::KeyHash;
+//! use std::time::Duration;
+//!
+//! let policy = Settings::default().build(Policy::SecondHit)?;
+//! let key = KeyHash::of(b"https://cdn.example/img/1.jpg");
+//! assert_eq!(policy.on_miss(key, Duration::ZERO), Decision::Defer);
+//! assert_eq!(policy.on_miss(key, Duration::from_secs(1)), Decision::Admit);
+//! # Ok::<(), secondhit::admission::PolicyError>(())
+//! ```
+//!
+//! ## Layout
+//!
+//! - [`hash`]: one fixed-seed 128-bit hash per key ([`KeyHash`]), shared by every filter.
+//! - [`bloom`]: the concurrent Bloom filter (standard and cache-line-blocked layouts, sizing) and
+//!   its counting variant.
+//! - [`admission`]: the [`Admission`](admission::Admission) trait and its policies: admit-all,
+//!   second-hit (rotating Bloom pair), second-hit-exact, nth-hit:N, nth-hit-exact:N.
+//! - [`clock`]: injected time: system clock for the server, manual clock for traces and tests.
+//! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
+//! - [`units`]: human-readable counts and byte sizes.
+
+#![warn(missing_docs)]
+
+pub mod admission;
+pub mod bloom;
+pub mod clock;
+pub mod hash;
+pub mod plan;
+pub mod units;
+
+pub use hash::KeyHash;
