@@ -29,9 +29,11 @@
 //! # Ok::<(), secondhit::admission::PolicyError>(())
 //! ```
 
+mod counter;
 mod exact;
 mod rotating;
 
+use counter::Counter;
 pub use exact::Exact;
 pub use rotating::{Generation, Kind, Rotating, Window};
 
@@ -40,7 +42,6 @@ use crate::hash::KeyHash;
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// What to do with a missed object once it is fetched.
@@ -296,18 +297,18 @@ impl Settings {
 /// Admits every miss: the classic cache, and the baseline every other policy is compared with.
 #[derive(Debug, Default)]
 pub struct AdmitAll {
-    admitted: AtomicU64,
+    admitted: Counter,
 }
 
 impl Admission for AdmitAll {
     fn on_miss(&self, _key: KeyHash, _now: Duration) -> Decision {
-        self.admitted.fetch_add(1, Relaxed);
+        self.admitted.incr();
         Decision::Admit
     }
 
     fn stats(&self) -> Stats {
         Stats {
-            admitted: self.admitted.load(Relaxed),
+            admitted: self.admitted.get(),
             ..Stats::default()
         }
     }

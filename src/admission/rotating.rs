@@ -11,6 +11,7 @@
 //! find the rotation lock taken (and carry on with the old pair) or, once they get it, find the
 //! trigger already gone.
 
+use super::counter::Counter;
 use super::{Admission, Decision, FilterStats, Stats};
 use crate::bloom::{Bloom, Counting};
 use crate::hash::KeyHash;
@@ -116,12 +117,6 @@ struct Pair<G> {
     distinct: AtomicU64,
 }
 
-/// A counter alone on its cache line, so that threads bumping different counters do not fight
-/// over one line.
-#[derive(Default)]
-#[repr(align(64))]
-struct Padded(AtomicU64);
-
 /// The rotating-pair policy: admits a miss when the key's count over both generations, before
 /// this miss, reaches `threshold` (1 for second-hit, N - 1 for nth-hit:N).
 ///
@@ -154,8 +149,8 @@ pub struct Rotating<G> {
     threshold: u32,
     window: Window,
     rotation: Mutex<()>,
-    admitted: Padded,
-    deferred: Padded,
+    admitted: Counter,
+    deferred: Counter,
     rotations: AtomicU64,
 }
 
@@ -188,8 +183,8 @@ impl<G: Generation> Rotating<G> {
             threshold,
             window,
             rotation: Mutex::new(()),
-            admitted: Padded::default(),
-            deferred: Padded::default(),
+            admitted: Counter::default(),
+            deferred: Counter::default(),
             rotations: AtomicU64::new(0),
         }
     }
@@ -276,10 +271,10 @@ impl<G: Generation> Admission for Rotating<G> {
             before + pair.previous.count(key)
         };
         if seen >= self.threshold {
-            self.admitted.0.fetch_add(1, Relaxed);
+            self.admitted.incr();
             Decision::Admit
         } else {
-            self.deferred.0.fetch_add(1, Relaxed);
+            self.deferred.incr();
             Decision::Defer
         }
     }
@@ -291,8 +286,8 @@ impl<G: Generation> Admission for Rotating<G> {
         let (current_fill, cur_fpr) = cur.unwrap_or((0.0, 0.0));
         let (previous_fill, prev_fpr) = prev.unwrap_or((0.0, 0.0));
         Stats {
-            admitted: self.admitted.0.load(Relaxed),
-            deferred: self.deferred.0.load(Relaxed),
+            admitted: self.admitted.get(),
+            deferred: self.deferred.get(),
             rotations: self.rotations.load(Relaxed),
             filter: Some(FilterStats {
                 current_items: pair.distinct.load(Relaxed),
