@@ -29,6 +29,8 @@
 //!   second-hit (rotating Bloom pair), second-hit-exact, nth-hit:N, nth-hit-exact:N.
 //! - [`clock`]: injected time: system clock for the server, manual clock for traces and tests.
 //! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
+//! - [`trace`]: access traces: one streaming reader per format, transparent decompression,
+//!   synthetic traces (`gen-trace`) and summaries (`trace-stats`).
 //! - [`units`]: human-readable counts and byte sizes.
 
 #![warn(missing_docs)]
@@ -38,6 +40,7 @@ pub mod bloom;
 pub mod clock;
 pub mod hash;
 pub mod plan;
+pub mod trace;
 pub mod units;
 
 pub use hash::KeyHash;

@@ -4,7 +4,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use secondhit::bloom::Layout;
 use secondhit::plan::Plan;
-use std::io::{IsTerminal, Write};
+use secondhit::trace::{self, synth, CsvSpec, Format};
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// A CDN edge cache that stores an object only on its second request, and a lab that measures
@@ -22,6 +25,96 @@ enum Command {
     ///
     /// Example: secondhit bloom --items 100000000 --fpr 0.01 --measure
     Bloom(BloomArgs),
+    /// Summarise a trace: requests, objects, one-hit wonders, working set, popularity skew.
+    ///
+    /// Example: secondhit trace-stats traces/request.trace.xz
+    TraceStats(TraceStatsArgs),
+    /// Write a seeded synthetic trace (Zipf popularity, one-time objects, sized objects).
+    ///
+    /// Example: secondhit gen-trace --out /tmp/zipf.tr --requests 10000000
+    GenTrace(GenTraceArgs),
+}
+
+/// Where a trace comes from and how to read it.
+#[derive(clap::Args, Debug, Clone)]
+struct TraceInput {
+    /// Trace format: oracle-general, webcachesim, cache2k, tencent-photo or csv. Guessed from the
+    /// file name when left out (after any .gz/.xz/.bz2/.zst extension).
+    #[arg(long)]
+    format: Option<String>,
+    /// For --format csv: which 1-based columns hold the fields, e.g. "time=1,key=2,size=3"
+    /// (leave out time or size for none: index and 1).
+    #[arg(long, default_value = "time=1,key=2,size=3")]
+    csv_columns: String,
+    /// For --format csv: the field separator (one character; "tab" for a tab).
+    #[arg(long, default_value = ",")]
+    csv_delimiter: String,
+    /// For --format csv: skip the first line.
+    #[arg(long)]
+    csv_header: bool,
+}
+
+impl TraceInput {
+    fn format(&self) -> anyhow::Result<Option<Format>> {
+        let Some(name) = &self.format else {
+            return Ok(None);
+        };
+        let format: Format = name.parse()?;
+        if let Format::Csv(_) = format {
+            let mut spec: CsvSpec = self.csv_columns.parse().map_err(anyhow::Error::msg)?;
+            spec.delimiter = match self.csv_delimiter.as_str() {
+                "tab" | "\\t" => b'\t',
+                d if d.len() == 1 => d.as_bytes()[0],
+                d => anyhow::bail!("--csv-delimiter {d:?}: expected one character or \"tab\""),
+            };
+            spec.header = self.csv_header;
+            return Ok(Some(Format::Csv(spec)));
+        }
+        Ok(Some(format))
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct TraceStatsArgs {
+    /// The trace file (compressed or not).
+    file: PathBuf,
+    #[command(flatten)]
+    input: TraceInput,
+    /// Print one JSON object instead of the text report.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct GenTraceArgs {
+    /// Output file; ".gz" or ".zst" at the end compresses it.
+    #[arg(long)]
+    out: PathBuf,
+    /// Output format: webcachesim (text) or oracle-general (binary). Default: oracle-general if
+    /// the name contains "oracleGeneral", else webcachesim.
+    #[arg(long)]
+    format: Option<String>,
+    /// Objects with Zipf popularity.
+    #[arg(long, default_value_t = 100_000)]
+    objects: u64,
+    /// Requests to write.
+    #[arg(long, default_value_t = 1_000_000)]
+    requests: u64,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = 0.8)]
+    alpha: f64,
+    /// Share of requests that go to fresh objects requested only once, in [0, 1).
+    #[arg(long, default_value_t = 0.3)]
+    one_time_share: f64,
+    /// Object sizes: fixed:N, lognormal:MEDIAN:SIGMA or pareto:SCALE:SHAPE (bytes).
+    #[arg(long, default_value = "lognormal:8192:1.5")]
+    sizes: String,
+    /// Requests per second of trace time.
+    #[arg(long, default_value_t = 1000.0)]
+    rate: f64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -85,10 +178,86 @@ fn bloom(args: BloomArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn trace_stats(args: TraceStatsArgs) -> anyhow::Result<()> {
+    let reader = trace::open(&args.file, args.input.format()?.as_ref())?;
+    let stats = trace::stats::collect(reader)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &stats)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "{}", args.file.display())?;
+        write!(out, "{}", stats.to_text())?;
+    }
+    Ok(())
+}
+
+/// Creates `path`, compressing by its extension (.gz, .zst).
+fn create_output(path: &Path) -> anyhow::Result<Box<dyn Write>> {
+    let file = BufWriter::with_capacity(
+        1 << 20,
+        File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+    );
+    Ok(match path.extension().and_then(|e| e.to_str()) {
+        Some("gz") => Box::new(flate2::write::GzEncoder::new(
+            file,
+            flate2::Compression::default(),
+        )),
+        Some("zst") => Box::new(zstd::stream::write::Encoder::new(file, 3)?.auto_finish()),
+        Some(ext @ ("xz" | "bz2")) => {
+            anyhow::bail!(
+                "{}: writing .{ext} is not supported; use .gz, .zst or none",
+                path.display()
+            )
+        }
+        _ => Box::new(file),
+    })
+}
+
+fn gen_trace(args: GenTraceArgs) -> anyhow::Result<()> {
+    let format = match args.format.as_deref() {
+        Some("webcachesim") => synth::OutputFormat::Webcachesim,
+        Some("oracle-general") => synth::OutputFormat::OracleGeneral,
+        Some(other) => anyhow::bail!("--format {other:?}: expected webcachesim or oracle-general"),
+        None if args
+            .out
+            .to_string_lossy()
+            .to_ascii_lowercase()
+            .contains("oraclegeneral") =>
+        {
+            synth::OutputFormat::OracleGeneral
+        }
+        None => synth::OutputFormat::Webcachesim,
+    };
+    let spec = synth::Spec {
+        objects: args.objects,
+        requests: args.requests,
+        alpha: args.alpha,
+        one_time_share: args.one_time_share,
+        sizes: args.sizes.parse().map_err(anyhow::Error::msg)?,
+        rate: args.rate,
+        seed: args.seed,
+    };
+    spec.validate().map_err(anyhow::Error::msg)?;
+    let mut out = create_output(&args.out)?;
+    let n = spec
+        .write(format, &mut out)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    drop(out);
+    eprintln!(
+        "wrote {} requests to {}",
+        secondhit::units::count(n),
+        args.out.display()
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bloom(args) => bloom(args),
+        Command::TraceStats(args) => trace_stats(args),
+        Command::GenTrace(args) => gen_trace(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,394 @@
+//! Access traces: one streaming reader per format, each yielding [`Request`]s in constant memory.
+//!
+//! * [`Format`] names a format as on the command line (`oracle-general`, `webcachesim`,
+//!   `cache2k`, `tencent-photo`, `csv`) and can be guessed from a file name.
+//! * [`open`] opens a file, decompressing `.gz`, `.xz`, `.bz2` and `.zst` by extension, and
+//!   returns a [`Reader`]: an iterator of `Result<Request, TraceError>`.
+//! * A malformed or truncated record is a [`TraceError`] naming the file, the line or byte
+//!   offset, and what was wrong; readers never panic on any input.
+//! * [`synth`] writes seeded synthetic traces; [`stats`] summarises a trace.
+
+mod cache2k;
+mod csv;
+mod oracle;
+pub mod stats;
+pub mod synth;
+mod tencent;
+mod webcachesim;
+
+pub use csv::CsvSpec;
+
+use crate::hash::KeyHash;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// One request of a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// When it happened, as the trace tells it (seconds for most formats; the request's index
+    /// for formats without time).
+    pub time: Duration,
+    /// The object's key, hashed by the format's key rule.
+    pub key: KeyHash,
+    /// The object's size in bytes (1 for formats without sizes).
+    pub size: u64,
+}
+
+/// What went wrong reading a trace. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The file could not be opened or read (including a corrupt compressed stream).
+    #[error("{path}: {source}")]
+    Io {
+        /// The trace file.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A text record that does not parse.
+    #[error("{path}:{line}: {message}")]
+    Parse {
+        /// The trace file.
+        path: PathBuf,
+        /// 1-based line number (of the decompressed text).
+        line: u64,
+        /// What was wrong, naming the field and the value.
+        message: String,
+    },
+    /// A binary trace that ends in the middle of a record.
+    #[error("{path}: truncated record at byte {offset}: {got} of {want} bytes")]
+    Truncated {
+        /// The trace file.
+        path: PathBuf,
+        /// Offset of the incomplete record in the decompressed stream.
+        offset: u64,
+        /// Bytes present.
+        got: usize,
+        /// Bytes a record needs.
+        want: usize,
+    },
+    /// The format could not be told from the name.
+    #[error("{path}: cannot tell the trace format from the file name; pass --format with one of: oracle-general, webcachesim, cache2k, tencent-photo, csv")]
+    UnknownFormat {
+        /// The trace file.
+        path: PathBuf,
+    },
+    /// A format name that is not known.
+    #[error("unknown trace format {0:?}: expected oracle-general, webcachesim, cache2k, tencent-photo or csv")]
+    BadFormatName(String),
+}
+
+impl TraceError {
+    pub(crate) fn parse(path: &Path, line: u64, message: impl Into<String>) -> Self {
+        TraceError::Parse {
+            path: path.to_path_buf(),
+            line,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn io(path: &Path, source: io::Error) -> Self {
+        TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// A trace format.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// libCacheSim's `oracleGeneral` binary: 24-byte little-endian records
+    /// (`u32` time, `u64` id, `u32` size, `i64` next access). Key: id.
+    OracleGeneral,
+    /// webcachesim / AdaptSize text: `time id size` per line. Key: (id, size).
+    Webcachesim,
+    /// cache2k binary: big-endian `i32` keys, no time (the index), no size (1).
+    Cache2k,
+    /// The SNIA Tencent photo-cache text format. Key: (photo id, format, tier); size: column 5;
+    /// rows of size 0 are skipped.
+    TencentPhoto,
+    /// Delimited text with user-chosen columns.
+    Csv(CsvSpec),
+}
+
+impl Format {
+    /// The name used on the command line.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Format::OracleGeneral => "oracle-general",
+            Format::Webcachesim => "webcachesim",
+            Format::Cache2k => "cache2k",
+            Format::TencentPhoto => "tencent-photo",
+            Format::Csv(_) => "csv",
+        }
+    }
+
+    /// Guesses the format from a file name, after removing a compression extension. Returns
+    /// `None` where the name does not say.
+    pub fn detect(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let name = Compression::strip(&name);
+        if name.ends_with(".oraclegeneral.bin") || name.ends_with(".oraclegeneral") {
+            Some(Format::OracleGeneral)
+        } else if name.ends_with(".trc.bin") || name.ends_with(".trc") {
+            Some(Format::Cache2k)
+        } else if name.starts_with("cloud_photos") || name.contains("tencent") {
+            Some(Format::TencentPhoto)
+        } else if name == "request.trace" || name.ends_with(".tr") || name.ends_with(".webcachesim")
+        {
+            Some(Format::Webcachesim)
+        } else if name.ends_with(".csv") {
+            Some(Format::Csv(CsvSpec::default()))
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Format {
+    type Err = TraceError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "oracle-general" => Ok(Format::OracleGeneral),
+            "webcachesim" => Ok(Format::Webcachesim),
+            "cache2k" => Ok(Format::Cache2k),
+            "tencent-photo" => Ok(Format::TencentPhoto),
+            "csv" => Ok(Format::Csv(CsvSpec::default())),
+            other => Err(TraceError::BadFormatName(other.to_string())),
+        }
+    }
+}
+
+/// Compression, chosen by file extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Compression {
+    None,
+    Gzip,
+    Xz,
+    Bzip2,
+    Zstd,
+}
+
+impl Compression {
+    fn of(path: &Path) -> Compression {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("gz") => Compression::Gzip,
+            Some("xz") => Compression::Xz,
+            Some("bz2") => Compression::Bzip2,
+            Some("zst") => Compression::Zstd,
+            _ => Compression::None,
+        }
+    }
+
+    fn strip(name: &str) -> &str {
+        for ext in [".gz", ".xz", ".bz2", ".zst"] {
+            if let Some(stem) = name.strip_suffix(ext) {
+                return stem;
+            }
+        }
+        name
+    }
+}
+
+/// Opens a file as a byte stream, decompressing by extension (`.gz`, `.xz`, `.bz2`, `.zst`;
+/// multi-member files are read whole).
+pub fn open_bytes(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
+    let file = File::open(path).map_err(|e| TraceError::io(path, e))?;
+    let raw = BufReader::with_capacity(1 << 16, file);
+    let inner: Box<dyn Read + Send> = match Compression::of(path) {
+        Compression::None => return Ok(Box::new(BufReader::with_capacity(1 << 18, raw))),
+        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(raw)),
+        Compression::Xz => Box::new(xz2::bufread::XzDecoder::new_multi_decoder(raw)),
+        Compression::Bzip2 => Box::new(bzip2::bufread::MultiBzDecoder::new(raw)),
+        Compression::Zstd => Box::new(
+            zstd::stream::read::Decoder::with_buffer(raw).map_err(|e| TraceError::io(path, e))?,
+        ),
+    };
+    Ok(Box::new(BufReader::with_capacity(1 << 18, inner)))
+}
+
+/// A streaming trace reader: an iterator of requests. After the first error it yields nothing
+/// more.
+pub struct Reader {
+    inner: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send>,
+    failed: bool,
+}
+
+impl Iterator for Reader {
+    type Item = Result<Request, TraceError>;
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = self.inner.next();
+        if matches!(item, Some(Err(_))) {
+            self.failed = true;
+        }
+        item
+    }
+}
+
+/// Opens a trace. With `format: None` the format is guessed from the name
+/// ([`Format::detect`]), and an unclear name is an error asking for `--format`.
+pub fn open(path: &Path, format: Option<&Format>) -> Result<Reader, TraceError> {
+    let format = match format {
+        Some(f) => f.clone(),
+        None => Format::detect(path).ok_or_else(|| TraceError::UnknownFormat {
+            path: path.to_path_buf(),
+        })?,
+    };
+    let bytes = open_bytes(path)?;
+    let path = path.to_path_buf();
+    let inner: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send> = match format {
+        Format::OracleGeneral => Box::new(oracle::Reader::new(bytes, path)),
+        Format::Webcachesim => Box::new(webcachesim::Reader::new(bytes, path)),
+        Format::Cache2k => Box::new(cache2k::Reader::new(bytes, path)),
+        Format::TencentPhoto => Box::new(tencent::Reader::new(bytes, path)),
+        Format::Csv(spec) => Box::new(csv::Reader::new(bytes, path, spec)),
+    };
+    Ok(Reader {
+        inner,
+        failed: false,
+    })
+}
+
+/// Reads records of exactly `buf.len()` bytes. `Ok(true)`: a whole record; `Ok(false)`: clean
+/// end of stream; a partial record is [`TraceError::Truncated`].
+pub(crate) fn read_record(
+    src: &mut dyn BufRead,
+    buf: &mut [u8],
+    path: &Path,
+    offset: u64,
+) -> Result<bool, TraceError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match src.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(TraceError::io(path, e)),
+        }
+    }
+    match got {
+        0 => Ok(false),
+        n if n == buf.len() => Ok(true),
+        n => Err(TraceError::Truncated {
+            path: path.to_path_buf(),
+            offset,
+            got: n,
+            want: buf.len(),
+        }),
+    }
+}
+
+/// Reads text lines into `line` (without the line end); `Ok(false)` at the end. Invalid UTF-8
+/// is a parse error naming the line.
+pub(crate) fn read_line(
+    src: &mut dyn BufRead,
+    buf: &mut Vec<u8>,
+    path: &Path,
+    line_no: u64,
+) -> Result<bool, TraceError> {
+    buf.clear();
+    match src.read_until(b'\n', buf) {
+        Ok(0) => Ok(false),
+        Ok(_) => {
+            while matches!(buf.last(), Some(b'\n' | b'\r')) {
+                buf.pop();
+            }
+            Ok(true)
+        }
+        Err(e) => Err(TraceError::io(path, e)),
+    }
+    .and_then(|more| {
+        if more && std::str::from_utf8(buf).is_err() {
+            Err(TraceError::parse(path, line_no, "not UTF-8 text"))
+        } else {
+            Ok(more)
+        }
+    })
+}
+
+/// Parses a field as an unsigned integer, naming it in the error.
+pub(crate) fn field_u64(
+    path: &Path,
+    line: u64,
+    name: &str,
+    value: Option<&str>,
+) -> Result<u64, TraceError> {
+    let value =
+        value.ok_or_else(|| TraceError::parse(path, line, format!("missing field {name}")))?;
+    value.parse::<u64>().map_err(|_| {
+        TraceError::parse(
+            path,
+            line,
+            format!("field {name}: {value:?} is not a non-negative integer"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_formats_from_names() {
+        let d = |n: &str| Format::detect(Path::new(n)).map(|f| f.as_str());
+        assert_eq!(
+            d("cloudPhysicsIO.oracleGeneral.bin"),
+            Some("oracle-general")
+        );
+        assert_eq!(d("x.oracleGeneral.bin.zst"), Some("oracle-general"));
+        assert_eq!(d("trace-mt-20130703.trc.bin.gz"), Some("cache2k"));
+        assert_eq!(d("cloud_photos-sample.bz2"), Some("tencent-photo"));
+        assert_eq!(d("request.trace.xz"), Some("webcachesim"));
+        assert_eq!(d("my.tr"), Some("webcachesim"));
+        assert_eq!(d("log.csv.gz"), Some("csv"));
+        assert_eq!(d("mystery.bin"), None);
+        assert_eq!(d("trace.txt"), None);
+    }
+
+    #[test]
+    fn format_names_round_trip() {
+        for name in [
+            "oracle-general",
+            "webcachesim",
+            "cache2k",
+            "tencent-photo",
+            "csv",
+        ] {
+            assert_eq!(name.parse::<Format>().unwrap().as_str(), name);
+        }
+        let e = "oracle".parse::<Format>().unwrap_err().to_string();
+        assert!(
+            e.contains("\"oracle\"") && e.contains("oracle-general"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_name_asks_for_format() {
+        let e = match open(Path::new("/nonexistent/x.bin"), None) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("opened"),
+        };
+        assert!(e.contains("--format"), "{e}");
+        let e = match open(Path::new("/nonexistent/x.bin"), Some(&Format::Cache2k)) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("opened"),
+        };
+        assert!(e.starts_with("/nonexistent/x.bin: "), "{e}");
+    }
+}

@@ -1,0 +1,236 @@
+//! Generic delimited text: the user names which 1-based columns hold the time, the key and the
+//! size. Without a time column the request's index is the time; without a size column every
+//! size is 1. The key is the column's text.
+
+use super::{read_line, Request, TraceError};
+use crate::hash::KeyHash;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Where the fields are in a delimited text trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CsvSpec {
+    /// Field separator (a single byte; `\t` for tabs).
+    pub delimiter: u8,
+    /// 1-based column of the time in seconds (integer or decimal); `None`: the request index.
+    pub time: Option<usize>,
+    /// 1-based column of the key.
+    pub key: usize,
+    /// 1-based column of the size in bytes; `None`: 1.
+    pub size: Option<usize>,
+    /// Skip the first line.
+    pub header: bool,
+}
+
+impl Default for CsvSpec {
+    /// `time,key,size` in columns 1, 2, 3, comma separated, no header (libCacheSim's usual
+    /// layout).
+    fn default() -> Self {
+        CsvSpec {
+            delimiter: b',',
+            time: Some(1),
+            key: 2,
+            size: Some(3),
+            header: false,
+        }
+    }
+}
+
+impl FromStr for CsvSpec {
+    type Err = String;
+
+    /// Parses `time=1,key=2,size=3` (any order; leave out `time` or `size`, or set it to 0, for
+    /// none). The delimiter and header keep their defaults.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut spec = CsvSpec {
+            time: None,
+            size: None,
+            key: 0,
+            ..CsvSpec::default()
+        };
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("csv columns: {part:?} is not NAME=COLUMN"))?;
+            let col: usize = value.trim().parse().map_err(|_| {
+                format!("csv columns: {name}={value:?}: the column must be a number from 1")
+            })?;
+            match name.trim() {
+                "time" => spec.time = (col > 0).then_some(col),
+                "key" => spec.key = col,
+                "size" => spec.size = (col > 0).then_some(col),
+                other => {
+                    return Err(format!(
+                        "csv columns: unknown field {other:?}: expected time, key or size"
+                    ))
+                }
+            }
+        }
+        if spec.key == 0 {
+            return Err("csv columns: key=COLUMN is required (columns count from 1)".into());
+        }
+        Ok(spec)
+    }
+}
+
+pub(crate) struct Reader {
+    src: Box<dyn BufRead + Send>,
+    path: PathBuf,
+    spec: CsvSpec,
+    line: u64,
+    index: u64,
+    buf: Vec<u8>,
+}
+
+impl Reader {
+    pub(crate) fn new(src: Box<dyn BufRead + Send>, path: PathBuf, spec: CsvSpec) -> Self {
+        Reader {
+            src,
+            path,
+            spec,
+            line: 0,
+            index: 0,
+            buf: Vec::with_capacity(256),
+        }
+    }
+
+    fn parse(&self, fields: &[&str]) -> Result<Request, TraceError> {
+        let (path, line) = (&self.path, self.line);
+        let hint = if line == 1 && !self.spec.header {
+            " (if the first line is a header, pass --csv-header)"
+        } else {
+            ""
+        };
+        let get = |name: &str, col: usize| {
+            fields.get(col - 1).copied().ok_or_else(|| {
+                TraceError::parse(
+                    path,
+                    line,
+                    format!(
+                        "field {name}: no column {col} (the line has {})",
+                        fields.len()
+                    ),
+                )
+            })
+        };
+        let time = match self.spec.time {
+            None => Duration::from_secs(self.index),
+            Some(col) => {
+                let v = get("time", col)?.trim();
+                let secs: f64 = v.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0).ok_or_else(|| {
+                    TraceError::parse(
+                        path,
+                        line,
+                        format!("field time (column {col}): {v:?} is not a non-negative number of seconds{hint}"),
+                    )
+                })?;
+                Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+            }
+        };
+        let key = KeyHash::of(get("key", self.spec.key)?.trim().as_bytes());
+        let size = match self.spec.size {
+            None => 1,
+            Some(col) => {
+                let v = get("size", col)?.trim();
+                v.parse::<u64>().map_err(|_| {
+                    TraceError::parse(
+                        path,
+                        line,
+                        format!(
+                            "field size (column {col}): {v:?} is not a non-negative integer{hint}"
+                        ),
+                    )
+                })?
+            }
+        };
+        Ok(Request { time, key, size })
+    }
+}
+
+impl Iterator for Reader {
+    type Item = Result<Request, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.line += 1;
+            match read_line(&mut self.src, &mut self.buf, &self.path, self.line) {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+            if (self.line == 1 && self.spec.header) || self.buf.iter().all(u8::is_ascii_whitespace)
+            {
+                continue;
+            }
+            let text = std::str::from_utf8(&self.buf).unwrap_or_default();
+            let delimiter = char::from(self.spec.delimiter);
+            let fields: Vec<&str> = text.split(delimiter).collect();
+            let parsed = self.parse(&fields);
+            self.index += 1;
+            return Some(parsed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn read(spec: CsvSpec, text: &str) -> Vec<Result<Request, TraceError>> {
+        Reader::new(
+            Box::new(Cursor::new(text.as_bytes().to_vec())),
+            PathBuf::from("t.csv"),
+            spec,
+        )
+        .collect()
+    }
+
+    #[test]
+    fn columns_spec_parses_and_rejects() {
+        let s: CsvSpec = "key=3,size=1".parse().unwrap();
+        assert_eq!((s.time, s.key, s.size), (None, 3, Some(1)));
+        assert!("time=1"
+            .parse::<CsvSpec>()
+            .unwrap_err()
+            .contains("key=COLUMN"));
+        assert!("key=x".parse::<CsvSpec>().unwrap_err().contains("\"x\""));
+        assert!("kee=1".parse::<CsvSpec>().unwrap_err().contains("\"kee\""));
+    }
+
+    #[test]
+    fn reads_named_columns() {
+        let spec = CsvSpec {
+            delimiter: b'\t',
+            time: Some(2),
+            key: 1,
+            size: None,
+            header: true,
+        };
+        let got = read(spec, "key\ttime\na\t1.5\nb\t2\na\t3\n");
+        let got: Vec<_> = got.into_iter().map(Result::unwrap).collect();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0].key, got[2].key);
+        assert_eq!(got[0].time, Duration::from_millis(1500));
+        assert_eq!(got[1].size, 1);
+    }
+
+    #[test]
+    fn errors_name_the_column_and_hint_at_headers() {
+        let e = read(CsvSpec::default(), "time,id,size\n")
+            .pop()
+            .unwrap()
+            .unwrap_err();
+        assert!(e.to_string().contains("--csv-header"), "{e}");
+        let e = read(CsvSpec::default(), "1,a,5\n2,b\n")
+            .pop()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "t.csv:2: field size: no column 3 (the line has 2)"
+        );
+    }
+}

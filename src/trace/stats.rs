@@ -1,0 +1,182 @@
+//! `secondhit trace-stats`: what a trace holds, in one pass. Memory grows with the number of
+//! distinct objects (one hash-map entry each), not with the number of requests.
+
+use super::{Request, TraceError};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// A trace's summary. Definitions follow `traces/README.md`: an object is a distinct key; a
+/// one-hit wonder is an object requested exactly once; the working set is the sum of the
+/// objects' sizes at their first request.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TraceStats {
+    /// Requests read.
+    pub requests: u64,
+    /// Distinct objects.
+    pub objects: u64,
+    /// Objects requested exactly once.
+    pub one_hit_wonders: u64,
+    /// `one_hit_wonders / objects`, in [0, 1].
+    pub one_hit_wonder_ratio: f64,
+    /// Sum of the objects' sizes at their first request, in bytes.
+    pub working_set_bytes: u64,
+    /// Sum of all requests' sizes, in bytes.
+    pub requested_bytes: u64,
+    /// Last request's time minus the first's, in seconds.
+    pub duration_secs: f64,
+    /// Share of requests that go to the most requested 1 % of objects, in [0, 1].
+    pub top_1_percent_share: f64,
+    /// Share of requests that go to the most requested 10 % of objects, in [0, 1].
+    pub top_10_percent_share: f64,
+}
+
+#[derive(Default)]
+struct Object {
+    count: u64,
+}
+
+/// Accumulates a summary request by request.
+#[derive(Default)]
+pub struct Collector {
+    objects: HashMap<u128, Object>,
+    requests: u64,
+    working_set: u64,
+    requested: u64,
+    first: Option<Duration>,
+    last: Duration,
+}
+
+impl Collector {
+    /// Counts one request.
+    pub fn add(&mut self, r: &Request) {
+        self.requests += 1;
+        self.requested += r.size;
+        self.first.get_or_insert(r.time);
+        self.last = r.time;
+        let o = self.objects.entry(r.key.raw()).or_insert_with(|| {
+            self.working_set += r.size;
+            Object::default()
+        });
+        o.count += 1;
+    }
+
+    /// The summary of everything added.
+    pub fn finish(self) -> TraceStats {
+        let objects = self.objects.len() as u64;
+        let mut counts: Vec<u64> = self.objects.values().map(|o| o.count).collect();
+        let one_hit_wonders = counts.iter().filter(|&&c| c == 1).count() as u64;
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let share = |fraction: f64| {
+            let top = ((objects as f64 * fraction).ceil() as usize).min(counts.len());
+            counts[..top].iter().sum::<u64>() as f64 / self.requests.max(1) as f64
+        };
+        TraceStats {
+            requests: self.requests,
+            objects,
+            one_hit_wonders,
+            one_hit_wonder_ratio: one_hit_wonders as f64 / objects.max(1) as f64,
+            working_set_bytes: self.working_set,
+            requested_bytes: self.requested,
+            duration_secs: self
+                .first
+                .map_or(0.0, |f| self.last.saturating_sub(f).as_secs_f64()),
+            top_1_percent_share: share(0.01),
+            top_10_percent_share: share(0.10),
+        }
+    }
+}
+
+/// Summarises a stream of requests; stops at the first error.
+pub fn collect(
+    requests: impl Iterator<Item = Result<Request, TraceError>>,
+) -> Result<TraceStats, TraceError> {
+    let mut c = Collector::default();
+    for r in requests {
+        c.add(&r?);
+    }
+    Ok(c.finish())
+}
+
+impl TraceStats {
+    /// A short human-readable report.
+    pub fn to_text(&self) -> String {
+        use crate::units::{bytes, count};
+        let mut s = String::new();
+        let pct = |x: f64| format!("{:.2} %", x * 100.0);
+        let _ = writeln!(s, "requests            {}", count(self.requests));
+        let _ = writeln!(s, "objects             {}", count(self.objects));
+        let _ = writeln!(
+            s,
+            "one-hit wonders     {} ({} of objects)",
+            count(self.one_hit_wonders),
+            pct(self.one_hit_wonder_ratio)
+        );
+        let _ = writeln!(
+            s,
+            "working set         {} B ({})",
+            count(self.working_set_bytes),
+            bytes(self.working_set_bytes)
+        );
+        let _ = writeln!(
+            s,
+            "requested           {} B ({})",
+            count(self.requested_bytes),
+            bytes(self.requested_bytes)
+        );
+        let _ = writeln!(s, "duration            {:.0} s", self.duration_secs);
+        let _ = writeln!(
+            s,
+            "top 1 % of objects  {} of requests",
+            pct(self.top_1_percent_share)
+        );
+        let _ = writeln!(
+            s,
+            "top 10 % of objects {} of requests",
+            pct(self.top_10_percent_share)
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::KeyHash;
+
+    fn req(t: u64, k: u64, size: u64) -> Request {
+        Request {
+            time: Duration::from_secs(t),
+            key: KeyHash::of_u64(k),
+            size,
+        }
+    }
+
+    #[test]
+    fn counts_objects_wonders_and_working_set() {
+        let trace = [
+            req(10, 1, 100),
+            req(11, 2, 50),
+            req(12, 1, 999),
+            req(20, 3, 7),
+        ];
+        let s = collect(trace.into_iter().map(Ok)).unwrap();
+        assert_eq!((s.requests, s.objects, s.one_hit_wonders), (4, 3, 2));
+        assert_eq!(s.working_set_bytes, 157); // first sizes: 100 + 50 + 7
+        assert_eq!(s.requested_bytes, 1156);
+        assert_eq!(s.duration_secs, 10.0);
+        // Top 1 % and 10 % of 3 objects round up to one object: key 1, 2 of 4 requests.
+        assert_eq!(s.top_1_percent_share, 0.5);
+        assert_eq!(s.top_10_percent_share, 0.5);
+        assert!((s.one_hit_wonder_ratio - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn empty_trace_is_all_zero() {
+        let s = collect(std::iter::empty()).unwrap();
+        assert_eq!((s.requests, s.objects, s.working_set_bytes), (0, 0, 0));
+        assert_eq!(s.one_hit_wonder_ratio, 0.0);
+        assert_eq!(s.duration_secs, 0.0);
+    }
+}
