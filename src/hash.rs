@@ -58,6 +58,29 @@ impl KeyHash {
     }
 }
 
+/// A hasher for maps keyed by a [`KeyHash`]'s raw `u128`: the key is already uniform, so it is
+/// folded to 64 bits instead of hashed again. Deterministic (no random state), which keeps the
+/// simulator's moka store reproducible.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct Fold(u64);
+
+impl std::hash::Hasher for Fold {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u128(&mut self, x: u128) {
+        self.0 = (x as u64) ^ ((x >> 64) as u64);
+    }
+}
+
+/// `BuildHasher` for [`Fold`].
+pub type BuildFold = std::hash::BuildHasherDefault<Fold>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,10 @@
 //!   second-hit (rotating Bloom pair), second-hit-exact, nth-hit:N, nth-hit-exact:N.
 //! - [`clock`]: injected time: system clock for the server, manual clock for traces and tests.
 //! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
+//! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
+//!   SVG plot), in parallel, deterministic.
+//! - [`store`]: the cache stores: moka (configured once for proxy and simulator) and an exact
+//!   byte-capacity LRU.
 //! - [`trace`]: access traces: one streaming reader per format, transparent decompression,
 //!   synthetic traces (`gen-trace`) and summaries (`trace-stats`).
 //! - [`units`]: human-readable counts and byte sizes.
@@ -40,6 +44,8 @@ pub mod bloom;
 pub mod clock;
 pub mod hash;
 pub mod plan;
+pub mod sim;
+pub mod store;
 pub mod trace;
 pub mod units;
 

@@ -2,8 +2,11 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use secondhit::admission::{Policy, Settings};
 use secondhit::bloom::Layout;
 use secondhit::plan::Plan;
+use secondhit::sim::{self, Capacities};
+use secondhit::store::{Eviction, StoreKind};
 use secondhit::trace::{self, synth, CsvSpec, Format};
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -29,6 +32,12 @@ enum Command {
     ///
     /// Example: secondhit trace-stats traces/request.trace.xz
     TraceStats(TraceStatsArgs),
+    /// Replay a trace through admission policies, evictions and cache sizes; report hit ratios
+    /// and cache writes.
+    ///
+    /// With no options: the bundled web trace, admit-all vs second-hit vs second-hit-exact, LRU,
+    /// at 1 %, 5 % and 10 % of the working set.
+    Simulate(SimulateArgs),
     /// Write a seeded synthetic trace (Zipf popularity, one-time objects, sized objects).
     ///
     /// Example: secondhit gen-trace --out /tmp/zipf.tr --requests 10000000
@@ -83,6 +92,73 @@ struct TraceStatsArgs {
     /// Print one JSON object instead of the text report.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct SimulateArgs {
+    /// The trace file (default: the bundled request.trace.xz, compiled into the binary).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    #[command(flatten)]
+    input: TraceInput,
+    /// Admission policies, comma-separated: admit-all, second-hit, second-hit-exact, nth-hit:N,
+    /// nth-hit-exact:N.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "admit-all,second-hit,second-hit-exact"
+    )]
+    policy: Vec<Policy>,
+    /// Eviction policies, comma-separated: lru, tinylfu (tinylfu needs --store moka).
+    #[arg(long, value_delimiter = ',', default_value = "lru")]
+    eviction: Vec<Eviction>,
+    /// Store: exact (a fast exact LRU) or moka (the proxy's store, exact maintenance).
+    #[arg(long, default_value = "exact")]
+    store: StoreKind,
+    /// Cache sizes, comma-separated, in bytes or with a unit (64MiB, 2GB); objects for traces
+    /// without sizes.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes, conflicts_with = "capacity_fraction")]
+    capacity: Vec<u64>,
+    /// Cache sizes as fractions of the working set, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0.01,0.05,0.1")]
+    capacity_fraction: Vec<f64>,
+    /// Filter window: how long a generation takes inserts (e.g. 30m, 1h, inf). Trace time is in
+    /// the trace's seconds (the line number for webcachesim traces, the index for cache2k).
+    #[arg(long, default_value = "1h", value_parser = parse_window)]
+    window: WindowArg,
+    /// Distinct keys one filter generation is sized for.
+    #[arg(long, default_value_t = Settings::DEFAULT_EXPECTED_ITEMS)]
+    expected_items: u64,
+    /// Target false-positive rate of one generation.
+    #[arg(long, default_value_t = Settings::DEFAULT_FPR)]
+    fpr: f64,
+    /// Filter layout: blocked or standard.
+    #[arg(long, default_value = "blocked", value_parser = parse_layout)]
+    layout: Layout,
+    /// Worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Write the report as one JSON object to FILE, or to stdout with "-".
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write one CSV line per run to FILE.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Draw hit ratio and byte hit ratio against cache size into FILE.svg.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// A window: `None` never rotates on time.
+#[derive(Clone, Copy, Debug)]
+struct WindowArg(Option<std::time::Duration>);
+
+fn parse_window(s: &str) -> Result<WindowArg, String> {
+    secondhit::units::parse_duration(s).map(WindowArg)
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    secondhit::units::parse_bytes(s)
 }
 
 #[derive(clap::Args, Debug)]
@@ -178,6 +254,116 @@ fn bloom(args: BloomArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A progress bar on stderr, shown only when stderr is a terminal.
+struct Bar(indicatif::ProgressBar);
+
+impl Bar {
+    fn new() -> Bar {
+        let bar = if std::io::stderr().is_terminal() {
+            indicatif::ProgressBar::new(0)
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        Bar(bar)
+    }
+}
+
+impl sim::Progress for Bar {
+    fn begin(&self, pass: &str, total: Option<u64>) {
+        self.0.reset();
+        let style = match total {
+            Some(n) => {
+                self.0.set_length(n);
+                indicatif::ProgressStyle::with_template(
+                    "{msg:>14} [{bar:40}] {human_pos}/{human_len} requests ({per_sec}, {eta} left)",
+                )
+            }
+            None => indicatif::ProgressStyle::with_template(
+                "{msg:>14} {spinner} {human_pos} requests ({per_sec})",
+            ),
+        };
+        if let Ok(style) = style {
+            self.0.set_style(style.progress_chars("=> "));
+        }
+        self.0.set_message(pass.to_string());
+    }
+    fn advance(&self, n: u64) {
+        self.0.inc(n);
+    }
+    fn end(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
+    let format = args.input.format()?;
+    let options = sim::Options {
+        policies: args.policy,
+        evictions: args.eviction,
+        store: args.store,
+        capacities: if args.capacity.is_empty() {
+            Capacities::Fractions(args.capacity_fraction)
+        } else {
+            Capacities::Bytes(args.capacity)
+        },
+        settings: Settings {
+            window: args.window.0,
+            expected_items: args.expected_items,
+            fpr: args.fpr,
+            layout: args.layout,
+        },
+        threads: args.threads,
+    };
+    let (name, open): (
+        String,
+        Box<dyn Fn() -> Result<trace::Reader, trace::TraceError>>,
+    ) = match &args.trace {
+        Some(path) => {
+            let (path, format) = (path.clone(), format.clone());
+            (
+                path.display().to_string(),
+                Box::new(move || trace::open(&path, format.as_ref())),
+            )
+        }
+        None => {
+            let format = format.clone();
+            let (name, data) = trace::BUNDLED;
+            (
+                format!("{name} (bundled)"),
+                Box::new(move || trace::open_static(name, data, format.as_ref())),
+            )
+        }
+    };
+    let format_name = match (&format, &args.trace) {
+        (Some(f), _) => f.to_string(),
+        (None, Some(p)) => Format::detect(p).map_or_else(|| "?".into(), |f| f.to_string()),
+        (None, None) => Format::Webcachesim.to_string(),
+    };
+    let report = sim::run(&name, &format_name, &*open, &options, &Bar::new())?;
+
+    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    if !json_to_stdout {
+        print!("{}", report.to_text());
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        if json_to_stdout {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, report.to_csv())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        sim::plot_svg(&report, path).map_err(anyhow::Error::msg)?;
+    }
+    Ok(())
+}
+
 fn trace_stats(args: TraceStatsArgs) -> anyhow::Result<()> {
     let reader = trace::open(&args.file, args.input.format()?.as_ref())?;
     let stats = trace::stats::collect(reader)?;
@@ -257,6 +443,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bloom(args) => bloom(args),
         Command::TraceStats(args) => trace_stats(args),
+        Command::Simulate(args) => simulate(args),
         Command::GenTrace(args) => gen_trace(args),
     };
     match result {

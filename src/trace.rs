@@ -205,7 +205,14 @@ impl Compression {
 /// multi-member files are read whole).
 pub fn open_bytes(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
     let file = File::open(path).map_err(|e| TraceError::io(path, e))?;
-    let raw = BufReader::with_capacity(1 << 16, file);
+    decompress(path, Box::new(BufReader::with_capacity(1 << 16, file)))
+}
+
+/// Decompresses `raw` by the extension of `path` (which also names it in errors).
+fn decompress(
+    path: &Path,
+    raw: Box<dyn BufRead + Send>,
+) -> Result<Box<dyn BufRead + Send>, TraceError> {
     let inner: Box<dyn Read + Send> = match Compression::of(path) {
         Compression::None => return Ok(Box::new(BufReader::with_capacity(1 << 18, raw))),
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(raw)),
@@ -217,6 +224,13 @@ pub fn open_bytes(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
     };
     Ok(Box::new(BufReader::with_capacity(1 << 18, inner)))
 }
+
+/// The trace compiled into the binary, so that `secondhit simulate` works with no file:
+/// `traces/request.trace.xz` (see `traces/README.md`).
+pub const BUNDLED: (&str, &[u8]) = (
+    "request.trace.xz",
+    include_bytes!("../traces/request.trace.xz"),
+);
 
 /// A streaming trace reader: an iterator of requests. After the first error it yields nothing
 /// more.
@@ -243,13 +257,31 @@ impl Iterator for Reader {
 /// Opens a trace. With `format: None` the format is guessed from the name
 /// ([`Format::detect`]), and an unclear name is an error asking for `--format`.
 pub fn open(path: &Path, format: Option<&Format>) -> Result<Reader, TraceError> {
+    reader(path, format, open_bytes(path)?)
+}
+
+/// Opens a trace held in memory (such as the one compiled into the binary); `name` stands in for
+/// the file name: it picks the decompression and the format, and names the trace in errors.
+pub fn open_static(
+    name: &str,
+    data: &'static [u8],
+    format: Option<&Format>,
+) -> Result<Reader, TraceError> {
+    let path = Path::new(name);
+    reader(path, format, decompress(path, Box::new(data))?)
+}
+
+fn reader(
+    path: &Path,
+    format: Option<&Format>,
+    bytes: Box<dyn BufRead + Send>,
+) -> Result<Reader, TraceError> {
     let format = match format {
         Some(f) => f.clone(),
         None => Format::detect(path).ok_or_else(|| TraceError::UnknownFormat {
             path: path.to_path_buf(),
         })?,
     };
-    let bytes = open_bytes(path)?;
     let path = path.to_path_buf();
     let inner: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send> = match format {
         Format::OracleGeneral => Box::new(oracle::Reader::new(bytes, path)),

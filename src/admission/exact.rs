@@ -2,30 +2,11 @@
 //! generations are measured against; not built for speed or for fixed memory.
 
 use super::{Generation, Kind};
-use crate::hash::KeyHash;
+use crate::hash::{BuildFold, KeyHash};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard};
 
-/// Keys are already uniform 128-bit hashes: fold them instead of hashing again.
-#[derive(Default)]
-struct Fold(u64);
-
-impl Hasher for Fold {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    fn write_u128(&mut self, x: u128) {
-        self.0 = (x as u64) ^ ((x >> 64) as u64);
-    }
-}
-
-type Map = HashMap<u128, u32, BuildHasherDefault<Fold>>;
+type Map = HashMap<u128, u32, BuildFold>;
 
 /// Exact counts behind a mutex. "Exact" up to a collision of two keys' 128-bit hashes (about
 /// 10^-20 for a billion keys): no false positives from a bit array.

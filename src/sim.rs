@@ -1,0 +1,482 @@
+//! Offline replay: a trace through every combination of admission policy, eviction and cache
+//! size, with the admission clock driven by the trace's timestamps.
+//!
+//! The same [`admission`](crate::admission) code as the proxy decides every miss; the store is
+//! the exact LRU (default) or the proxy's moka store. One reader thread streams the trace in
+//! chunks to one worker per core; each worker owns some of the runs. Each run is single-threaded
+//! and deterministic: the same trace, options and seed give the same numbers on every run,
+//! whatever the thread count.
+//!
+//! Semantics (as libCacheSim and webcachesim): capacity in bytes (size-1 traces: objects); an
+//! object larger than the capacity is never stored; a hit does not change the stored size; byte
+//! hits count the current request's size.
+
+mod plot;
+mod report;
+
+pub use plot::plot_svg;
+
+use crate::admission::{Admission, Policy, PolicyError, Settings};
+use crate::store::{Eviction, ExactLru, MokaStore, SimStore, StoreKind};
+use crate::trace::stats::{Collector, TraceStats};
+use crate::trace::{Reader, Request, TraceError};
+use serde::Serialize;
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// Reading the trace failed.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// A policy could not be built.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The options do not make sense together.
+    #[error("{0}")]
+    Options(String),
+}
+
+/// Cache sizes: absolute, or fractions of the trace's working set.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Capacities {
+    /// Bytes (objects, for traces without sizes).
+    Bytes(Vec<u64>),
+    /// Fractions of the working set: `floor(F x working set)`.
+    Fractions(Vec<f64>),
+}
+
+/// What to simulate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// Admission policies.
+    pub policies: Vec<Policy>,
+    /// Eviction policies (`tinylfu` needs the moka store).
+    pub evictions: Vec<Eviction>,
+    /// The store.
+    pub store: StoreKind,
+    /// Cache sizes.
+    pub capacities: Capacities,
+    /// Filter settings of the windowed policies.
+    pub settings: Settings,
+    /// Worker threads; 0 means one per core.
+    pub threads: usize,
+}
+
+impl Default for Options {
+    /// `serve`'s defaults for policy settings and eviction; admit-all, second-hit and
+    /// second-hit-exact at 1 %, 5 % and 10 % of the working set on the exact store.
+    fn default() -> Self {
+        Options {
+            policies: vec![Policy::AdmitAll, Policy::SecondHit, Policy::SecondHitExact],
+            evictions: vec![Eviction::Lru],
+            store: StoreKind::Exact,
+            capacities: Capacities::Fractions(vec![0.01, 0.05, 0.10]),
+            settings: Settings::default(),
+            threads: 0,
+        }
+    }
+}
+
+impl Options {
+    /// Checks the options, naming what is wrong.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Options(m));
+        if self.policies.is_empty() {
+            return bad("no policy given".into());
+        }
+        if self.evictions.is_empty() {
+            return bad("no eviction policy given".into());
+        }
+        if self.store == StoreKind::Exact && self.evictions.contains(&Eviction::TinyLfu) {
+            return bad(
+                "eviction tinylfu exists only in the moka store: add --store moka, or use lru"
+                    .into(),
+            );
+        }
+        match &self.capacities {
+            Capacities::Bytes(v) if v.is_empty() => bad("no capacity given".into()),
+            Capacities::Fractions(v) if v.is_empty() => bad("no capacity fraction given".into()),
+            Capacities::Fractions(v) => match v.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                Some(f) => bad(format!(
+                    "capacity fraction {f} must be a positive fraction of the working set, e.g. 0.05"
+                )),
+                None => Ok(()),
+            },
+            Capacities::Bytes(_) => Ok(()),
+        }?;
+        for p in &self.policies {
+            self.settings.build(*p)?;
+        }
+        Ok(())
+    }
+}
+
+/// One run's identity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunSpec {
+    /// Admission policy.
+    pub policy: Policy,
+    /// Eviction policy.
+    pub eviction: Eviction,
+    /// Store.
+    pub store: StoreKind,
+    /// Capacity in bytes.
+    pub capacity: u64,
+    /// The working-set fraction it came from, if any.
+    pub fraction: Option<f64>,
+}
+
+/// One run's figures. Ratios are fractions in [0, 1]; sizes are bytes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunResult {
+    /// Admission policy name.
+    pub policy: String,
+    /// Eviction policy name.
+    pub eviction: String,
+    /// Store name.
+    pub store: String,
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+    /// The working-set fraction the capacity came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_fraction: Option<f64>,
+    /// Requests replayed.
+    pub requests: u64,
+    /// Requests served from the cache.
+    pub hits: u64,
+    /// Bytes served from the cache.
+    pub hit_bytes: u64,
+    /// `hits / requests`.
+    pub hit_ratio: f64,
+    /// `hit_bytes / requested bytes`.
+    pub byte_hit_ratio: f64,
+    /// Cache writes: misses the policy admitted that fit in the cache.
+    pub admissions: u64,
+    /// Bytes written to the cache.
+    pub admitted_bytes: u64,
+    /// Bytes fetched from the origin (every miss).
+    pub origin_bytes: u64,
+    /// Admitted objects the store refused (moka's TinyLFU filter).
+    pub store_rejections: u64,
+    /// Generation rotations of the policy.
+    pub rotations: u64,
+    /// For approximate policies: admissions the filter made that the exact policy with the same
+    /// windows, asked about the same misses, would not have made (false positives).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approx_extra_admissions: Option<u64>,
+    /// For approximate policies: admissions the exact policy would have made and the filter did
+    /// not (only after an early, count-triggered rotation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approx_missed_admissions: Option<u64>,
+    /// Requests per second of this run's own work (one thread; trace reading excluded).
+    pub requests_per_sec: f64,
+}
+
+struct Runner {
+    spec: RunSpec,
+    store: Box<dyn SimStore>,
+    admission: Box<dyn Admission>,
+    shadow: Option<Box<dyn Admission>>,
+    requests: u64,
+    requested_bytes: u64,
+    hits: u64,
+    hit_bytes: u64,
+    admissions: u64,
+    admitted_bytes: u64,
+    rejections: u64,
+    extra: u64,
+    missed: u64,
+    busy: Duration,
+}
+
+impl Runner {
+    fn new(spec: RunSpec, settings: &Settings) -> Result<Runner, SimError> {
+        let store: Box<dyn SimStore> = match spec.store {
+            StoreKind::Exact => Box::new(ExactLru::new(spec.capacity)),
+            StoreKind::Moka => Box::new(MokaStore::new(spec.capacity, spec.eviction)),
+        };
+        let shadow = match spec.policy.exact_counterpart() {
+            Some(p) => Some(settings.build(p)?),
+            None => None,
+        };
+        Ok(Runner {
+            spec,
+            store,
+            admission: settings.build(spec.policy)?,
+            shadow,
+            requests: 0,
+            requested_bytes: 0,
+            hits: 0,
+            hit_bytes: 0,
+            admissions: 0,
+            admitted_bytes: 0,
+            rejections: 0,
+            extra: 0,
+            missed: 0,
+            busy: Duration::ZERO,
+        })
+    }
+
+    #[inline]
+    fn step(&mut self, r: &Request) {
+        self.requests += 1;
+        self.requested_bytes += r.size;
+        if self.store.get(r.key) {
+            self.hits += 1;
+            self.hit_bytes += r.size;
+            return;
+        }
+        let admit = self.admission.on_miss(r.key, r.time).is_admit();
+        if let Some(shadow) = &self.shadow {
+            let exact = shadow.on_miss(r.key, r.time).is_admit();
+            self.extra += u64::from(admit && !exact);
+            self.missed += u64::from(!admit && exact);
+        }
+        if admit && r.size <= self.spec.capacity {
+            self.admissions += 1;
+            self.admitted_bytes += r.size;
+            if !self.store.put(r.key, r.size) {
+                self.rejections += 1;
+            }
+        }
+    }
+
+    fn finish(self) -> RunResult {
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        let approx = self.shadow.is_some();
+        RunResult {
+            policy: self.spec.policy.to_string(),
+            eviction: self.spec.eviction.to_string(),
+            store: self.spec.store.to_string(),
+            capacity_bytes: self.spec.capacity,
+            capacity_fraction: self.spec.fraction,
+            requests: self.requests,
+            hits: self.hits,
+            hit_bytes: self.hit_bytes,
+            hit_ratio: ratio(self.hits, self.requests),
+            byte_hit_ratio: ratio(self.hit_bytes, self.requested_bytes),
+            admissions: self.admissions,
+            admitted_bytes: self.admitted_bytes,
+            origin_bytes: self.requested_bytes - self.hit_bytes,
+            store_rejections: self.rejections,
+            rotations: self.admission.stats().rotations,
+            approx_extra_admissions: approx.then_some(self.extra),
+            approx_missed_admissions: approx.then_some(self.missed),
+            requests_per_sec: self.requests as f64 / self.busy.as_secs_f64().max(1e-9),
+        }
+    }
+}
+
+/// Progress reporting for long runs (the command line shows a bar; the library shows nothing).
+pub trait Progress: Sync {
+    /// A pass over the trace begins; `total` requests if known.
+    fn begin(&self, _pass: &str, _total: Option<u64>) {}
+    /// `n` more requests read.
+    fn advance(&self, _n: u64) {}
+    /// The pass is over.
+    fn end(&self) {}
+}
+
+/// Reports nothing.
+pub struct Quiet;
+impl Progress for Quiet {}
+
+/// A simulation's output: the trace summary, the settings, and one result per run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// The trace's name as given.
+    pub trace: String,
+    /// Its format.
+    pub format: String,
+    /// The trace summary (`requests`, `objects`, `one_hit_wonder_ratio`, `working_set_bytes`,
+    /// ...), flattened into the top level of the JSON object.
+    #[serde(flatten)]
+    pub summary: TraceStats,
+    /// The filter settings every windowed policy used.
+    pub settings: SettingsReport,
+    /// One entry per (capacity, eviction, policy), in that order.
+    pub results: Vec<RunResult>,
+    /// Wall time of the whole simulation, trace reading included, in seconds.
+    pub wall_secs: f64,
+}
+
+/// The filter settings, for the report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SettingsReport {
+    /// Window, e.g. `1h`, or `inf`.
+    pub window: String,
+    /// Distinct keys per generation.
+    pub expected_items: u64,
+    /// Target false-positive rate per generation.
+    pub fpr: f64,
+    /// Filter layout.
+    pub layout: String,
+    /// Store.
+    pub store: String,
+}
+
+const CHUNK: usize = 1 << 14;
+
+/// Runs the simulation. `open` opens the trace (it is called once, or twice when capacities are
+/// fractions of the working set, which takes a first pass).
+pub fn run(
+    trace_name: &str,
+    format_name: &str,
+    open: &dyn Fn() -> Result<Reader, TraceError>,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<Report, SimError> {
+    options.validate()?;
+    let started = Instant::now();
+    // A first pass only when capacities depend on the working set.
+    let first_pass = match &options.capacities {
+        Capacities::Fractions(_) => {
+            progress.begin("reading trace", None);
+            let mut c = Collector::default();
+            let mut n = 0u64;
+            for r in open()? {
+                c.add(&r?);
+                n += 1;
+                if n % CHUNK as u64 == 0 {
+                    progress.advance(CHUNK as u64);
+                }
+            }
+            progress.end();
+            Some(c.finish())
+        }
+        Capacities::Bytes(_) => None,
+    };
+    let capacities: Vec<(u64, Option<f64>)> = match &options.capacities {
+        Capacities::Bytes(v) => v.iter().map(|&b| (b, None)).collect(),
+        Capacities::Fractions(v) => {
+            let ws = first_pass.as_ref().map_or(0, |s| s.working_set_bytes);
+            v.iter()
+                .map(|&f| (((f * ws as f64).floor() as u64), Some(f)))
+                .collect()
+        }
+    };
+    let mut specs = Vec::new();
+    for &(capacity, fraction) in &capacities {
+        for &eviction in &options.evictions {
+            for &policy in &options.policies {
+                specs.push(RunSpec {
+                    policy,
+                    eviction,
+                    store: options.store,
+                    capacity,
+                    fraction,
+                });
+            }
+        }
+    }
+    let runners = specs
+        .iter()
+        .map(|s| Runner::new(*s, &options.settings))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .clamp(1, runners.len().max(1));
+    // Round-robin runs over workers; remember each run's index to restore the order.
+    let mut groups: Vec<Vec<(usize, Runner)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, r) in runners.into_iter().enumerate() {
+        groups[i % threads].push((i, r));
+    }
+
+    progress.begin("simulating", first_pass.as_ref().map(|s| s.requests));
+    let collect_summary = first_pass.is_none();
+    let (results, summary) = std::thread::scope(|scope| -> Result<_, SimError> {
+        let mut senders = Vec::new();
+        let mut handles = Vec::new();
+        for mut group in groups {
+            let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(4);
+            senders.push(tx);
+            handles.push(scope.spawn(move || {
+                for chunk in rx {
+                    for (_, run) in group.iter_mut() {
+                        let t = Instant::now();
+                        for r in chunk.iter() {
+                            run.step(r);
+                        }
+                        run.busy += t.elapsed();
+                    }
+                }
+                group
+            }));
+        }
+        let mut collector = collect_summary.then(Collector::default);
+        let mut chunk = Vec::with_capacity(CHUNK);
+        let mut failure = None;
+        for r in open()? {
+            match r {
+                Ok(r) => {
+                    if let Some(c) = collector.as_mut() {
+                        c.add(&r);
+                    }
+                    chunk.push(r);
+                    if chunk.len() == CHUNK {
+                        let full =
+                            Arc::new(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)));
+                        for tx in &senders {
+                            // A worker only stops early by panicking, which join reports.
+                            let _ = tx.send(full.clone());
+                        }
+                        progress.advance(CHUNK as u64);
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if failure.is_none() && !chunk.is_empty() {
+            let n = chunk.len() as u64;
+            let last = Arc::new(chunk);
+            for tx in &senders {
+                let _ = tx.send(last.clone());
+            }
+            progress.advance(n);
+        }
+        drop(senders);
+        let mut done: Vec<(usize, RunResult)> = Vec::new();
+        for h in handles {
+            let group = h
+                .join()
+                .map_err(|_| SimError::Options("a simulation worker panicked".into()))?;
+            done.extend(group.into_iter().map(|(i, r)| (i, r.finish())));
+        }
+        if let Some(e) = failure {
+            return Err(SimError::Trace(e));
+        }
+        done.sort_by_key(|(i, _)| *i);
+        Ok((
+            done.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
+            collector.map(Collector::finish),
+        ))
+    })?;
+    progress.end();
+    let summary = match (first_pass, summary) {
+        (Some(s), _) | (None, Some(s)) => s,
+        (None, None) => Collector::default().finish(),
+    };
+    Ok(Report {
+        trace: trace_name.to_string(),
+        format: format_name.to_string(),
+        summary,
+        settings: SettingsReport {
+            window: crate::units::duration(options.settings.window),
+            expected_items: options.settings.expected_items,
+            fpr: options.settings.fpr,
+            layout: options.settings.layout.to_string(),
+            store: options.store.to_string(),
+        },
+        results,
+        wall_secs: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,201 @@
+//! The `secondhit` binary as a user runs it: outputs, exit codes and error messages.
+
+mod support;
+
+use std::process::{Command, Output};
+use support::{bin, bundled};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run secondhit")
+}
+
+fn stdout_json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
+}
+
+#[test]
+fn bloom_sizes_and_measures() {
+    let v = stdout_json(&run(&[
+        "bloom",
+        "--items",
+        "20000",
+        "--fpr",
+        "0.01",
+        "--measure",
+        "--json",
+    ]));
+    assert_eq!(v["bits"], 191_702);
+    assert_eq!(v["hashes"], 7);
+    assert_eq!(v["memory_bytes"], 24_000);
+    let fpr = v["measured_fpr"].as_f64().unwrap();
+    assert!(fpr > 0.007 && fpr < 0.013, "{fpr}");
+    assert!(v["insert_ns"].as_f64().unwrap() > 0.0);
+    assert!(v["lookup_ns"].as_f64().unwrap() > 0.0);
+
+    let out = run(&["bloom", "--items", "100000000", "--fpr", "0.01"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("bits per item   9.59"), "{text}");
+    assert!(text.contains("hashes (k)      7"), "{text}");
+    assert!(text.contains("114.3 MiB per generation"), "{text}");
+
+    let out = run(&["bloom", "--fpr", "1.5"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("got 1.5"), "{err}");
+}
+
+#[test]
+fn simulate_with_no_arguments_uses_the_bundled_trace() {
+    let v = stdout_json(&run(&["simulate", "--json", "-"]));
+    assert_eq!(v["requests"], 66_987);
+    assert_eq!(v["objects"], 40_240);
+    assert_eq!(v["working_set_bytes"], 304_213_576);
+    assert!((v["one_hit_wonder_ratio"].as_f64().unwrap() - 0.8272).abs() < 1e-4);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 9);
+    for r in results {
+        for field in [
+            "policy",
+            "eviction",
+            "capacity_bytes",
+            "requests",
+            "hits",
+            "hit_bytes",
+            "hit_ratio",
+            "byte_hit_ratio",
+            "admissions",
+            "admitted_bytes",
+            "origin_bytes",
+            "requests_per_sec",
+        ] {
+            assert!(r.get(field).is_some(), "{field} missing in {r}");
+        }
+        let ratio = r["hit_ratio"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&ratio));
+    }
+    assert_eq!(results[0]["policy"], "admit-all");
+    assert_eq!(results[0]["hits"], 14_021);
+}
+
+#[test]
+fn simulate_writes_csv_and_plot() {
+    let dir = std::env::temp_dir().join(format!("secondhit-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (csv, svg) = (dir.join("r.csv"), dir.join("r.svg"));
+    let out = run(&[
+        "simulate",
+        "--trace",
+        bundled("trace-mt-20130703.trc.bin.gz").to_str().unwrap(),
+        "--policy",
+        "admit-all,nth-hit:3",
+        "--capacity",
+        "100,1000",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("nth-hit:3"), "{table}");
+    let csv = std::fs::read_to_string(csv).unwrap();
+    assert_eq!(csv.lines().count(), 5);
+    assert!(csv.starts_with("trace,policy,eviction,store,capacity_bytes"));
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("byte hit ratio"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn bad_traces_give_one_line_naming_the_file_and_position() {
+    let dir = std::env::temp_dir().join(format!("secondhit-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A truncated oracleGeneral file: one whole record and 5 bytes.
+    let truncated = dir.join("t.oracleGeneral.bin");
+    std::fs::write(&truncated, [0u8; 29]).unwrap();
+    let garbage = dir.join("g.tr");
+    std::fs::write(&garbage, b"1 2 3\n\xff\xfe binary\n").unwrap();
+    for (file, want) in [
+        (&truncated, "truncated record at byte 24: 5 of 24 bytes"),
+        (&garbage, "g.tr:2: not UTF-8 text"),
+    ] {
+        for cmd in ["trace-stats", "simulate"] {
+            let args: Vec<&str> = if cmd == "simulate" {
+                vec![cmd, "--trace", file.to_str().unwrap(), "--capacity", "1000"]
+            } else {
+                vec![cmd, file.to_str().unwrap()]
+            };
+            let out = run(&args);
+            assert_eq!(out.status.code(), Some(1), "{cmd} {}", file.display());
+            let err = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.contains(file.to_str().unwrap()) && err.contains(want),
+                "{err}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn gen_trace_round_trips_through_trace_stats() {
+    let dir = std::env::temp_dir().join(format!("secondhit-gen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["z.tr.gz", "z.oracleGeneral.bin.zst"] {
+        let path = dir.join(name);
+        let out = run(&[
+            "gen-trace",
+            "--out",
+            path.to_str().unwrap(),
+            "--requests",
+            "5000",
+            "--objects",
+            "300",
+            "--one-time-share",
+            "0.2",
+            "--sizes",
+            "fixed:10",
+            "--seed",
+            "7",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = stdout_json(&run(&["trace-stats", path.to_str().unwrap(), "--json"]));
+        assert_eq!(v["requests"], 5000);
+        // Every request sized 10: the working set is 10 bytes per object.
+        assert_eq!(
+            v["working_set_bytes"].as_u64().unwrap(),
+            10 * v["objects"].as_u64().unwrap()
+        );
+    }
+    // Same seed, both formats: the same trace.
+    let a = stdout_json(&run(&[
+        "trace-stats",
+        dir.join("z.tr.gz").to_str().unwrap(),
+        "--json",
+    ]));
+    let b = stdout_json(&run(&[
+        "trace-stats",
+        dir.join("z.oracleGeneral.bin.zst").to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(a["objects"], b["objects"]);
+    assert_eq!(a["one_hit_wonders"], b["one_hit_wonders"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
