@@ -257,7 +257,14 @@ impl Iterator for Reader {
 /// Opens a trace. With `format: None` the format is guessed from the name
 /// ([`Format::detect`]), and an unclear name is an error asking for `--format`.
 pub fn open(path: &Path, format: Option<&Format>) -> Result<Reader, TraceError> {
-    reader(path, format, open_bytes(path)?)
+    // Say which format is missing before complaining about the file.
+    let format = match format {
+        Some(f) => f.clone(),
+        None => Format::detect(path).ok_or_else(|| TraceError::UnknownFormat {
+            path: path.to_path_buf(),
+        })?,
+    };
+    reader(path, Some(&format), open_bytes(path)?)
 }
 
 /// Opens a trace held in memory (such as the one compiled into the binary); `name` stands in for
