@@ -73,6 +73,9 @@ impl std::hash::Hasher for Fold {
             self.0 = self.0.rotate_left(8) ^ u64::from(b);
         }
     }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = self.0.rotate_left(32) ^ x;
+    }
     fn write_u128(&mut self, x: u128) {
         self.0 = (x as u64) ^ ((x >> 64) as u64);
     }

@@ -275,11 +275,11 @@ impl sim::Progress for Bar {
             Some(n) => {
                 self.0.set_length(n);
                 indicatif::ProgressStyle::with_template(
-                    "{msg:>14} [{bar:40}] {human_pos}/{human_len} requests ({per_sec}, {eta} left)",
+                    "{msg:>12} [{bar:30}] {human_pos}/{human_len} requests ({elapsed}, {eta} left)",
                 )
             }
             None => indicatif::ProgressStyle::with_template(
-                "{msg:>14} {spinner} {human_pos} requests ({per_sec})",
+                "{msg:>12} {spinner} {human_pos} requests ({elapsed})",
             ),
         };
         if let Ok(style) = style {

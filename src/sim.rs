@@ -18,7 +18,7 @@ pub use plot::plot_svg;
 
 use crate::admission::{Admission, Policy, PolicyError, Settings};
 use crate::store::{Eviction, ExactLru, MokaStore, SimStore, StoreKind};
-use crate::trace::stats::{Collector, TraceStats};
+use crate::trace::stats::{self, Collector, TraceStats};
 use crate::trace::{Reader, Request, TraceError};
 use serde::Serialize;
 use std::sync::mpsc::sync_channel;
@@ -335,17 +335,9 @@ pub fn run(
     let first_pass = match &options.capacities {
         Capacities::Fractions(_) => {
             progress.begin("reading trace", None);
-            let mut c = Collector::default();
-            let mut n = 0u64;
-            for r in open()? {
-                c.add(&r?);
-                n += 1;
-                if n % CHUNK as u64 == 0 {
-                    progress.advance(CHUNK as u64);
-                }
-            }
+            let summary = stats::collect_with_progress(open()?, |n| progress.advance(n))?;
             progress.end();
-            Some(c.finish())
+            Some(summary)
         }
         Capacities::Bytes(_) => None,
     };
@@ -409,15 +401,24 @@ pub fn run(
                 group
             }));
         }
-        let mut collector = collect_summary.then(Collector::default);
+        // The summary of a single-pass run is one more consumer of the chunks, on its own
+        // thread: its hash map of every object is the most expensive thing here.
+        let collector = collect_summary.then(|| {
+            let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(4);
+            senders.push(tx);
+            scope.spawn(move || {
+                let mut c = Collector::default();
+                for chunk in rx {
+                    chunk.iter().for_each(|r| c.add(r));
+                }
+                c.finish()
+            })
+        });
         let mut chunk = Vec::with_capacity(CHUNK);
         let mut failure = None;
         for r in open()? {
             match r {
                 Ok(r) => {
-                    if let Some(c) = collector.as_mut() {
-                        c.add(&r);
-                    }
                     chunk.push(r);
                     if chunk.len() == CHUNK {
                         let full =
@@ -451,13 +452,20 @@ pub fn run(
                 .map_err(|_| SimError::Options("a simulation worker panicked".into()))?;
             done.extend(group.into_iter().map(|(i, r)| (i, r.finish())));
         }
+        let summary = match collector {
+            Some(h) => Some(
+                h.join()
+                    .map_err(|_| SimError::Options("the trace summary thread panicked".into()))?,
+            ),
+            None => None,
+        };
         if let Some(e) = failure {
             return Err(SimError::Trace(e));
         }
         done.sort_by_key(|(i, _)| *i);
         Ok((
             done.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
-            collector.map(Collector::finish),
+            summary,
         ))
     })?;
     progress.end();

@@ -54,10 +54,17 @@ impl Report {
             "bloom +/-",
             "Mreq/s"
         );
+        // Traces without sizes count every request as 1 byte: their capacity is in objects.
+        let sizeless = s.requested_bytes == s.requests;
         for r in &self.results {
+            let size = if sizeless {
+                format!("{} obj", units::count(r.capacity_bytes))
+            } else {
+                units::bytes(r.capacity_bytes)
+            };
             let cap = match r.capacity_fraction {
-                Some(f) => format!("{} ({} %)", units::bytes(r.capacity_bytes), f * 100.0),
-                None => units::bytes(r.capacity_bytes),
+                Some(f) => format!("{size} ({} %)", f * 100.0),
+                None => size,
             };
             let (dh, db, dw) = match self.baseline(r) {
                 Some(b) if b.policy != r.policy => (

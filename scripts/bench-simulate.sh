@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Simulator speed against libCacheSim (PyPI `libcachesim`, C core), same traces, same machine,
+# same run; whole processes, trace reading included. Also checks that both LRUs agree.
+#
+# usage: scripts/bench-simulate.sh        (needs: cargo, python3; installs libcachesim with pip)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=target/bench-simulate
+mkdir -p "$out"
+python3 -c 'import libcachesim' 2>/dev/null || pip install --quiet libcachesim
+cargo build --release --quiet
+bin=target/release/secondhit
+
+# The two traces both tools can read: libCacheSim's own oracleGeneral sample and a 10-million
+# request synthetic trace in the same format.
+cloud=../shared/traces/cloudPhysicsIO.oracleGeneral.bin
+synth=$out/zipf-10M.oracleGeneral.bin
+[ -f "$synth" ] || $bin gen-trace --out "$synth" --requests 10000000 --objects 1000000 \
+  --alpha 0.8 --one-time-share 0.3 --seed 1
+# request.trace.xz as oracleGeneral, each (id, size) pair numbered densely (the key rule of the
+# webcachesim format), so that libCacheSim sees the same objects.
+web=$out/request.oracleGeneral.bin
+[ -f "$web" ] || xzcat traces/request.trace.xz | python3 -c '
+import struct, sys
+ids = {}
+out = sys.stdout.buffer
+for line in sys.stdin:
+    t, i, s = map(int, line.split())
+    k = ids.setdefault((i, s), len(ids))
+    out.write(struct.pack("<IQIq", t, k, s, -1))
+' > "$web"
+
+secs() { python3 -c 'import sys,time,subprocess; t=time.perf_counter(); subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(f"{time.perf_counter()-t:.3f}")' "$@"; }
+
+printf '| trace | requests | capacity | tool | store | hit ratio | wall s | M req/s (whole process) |\n|---|---:|---:|---|---|---:|---:|---:|\n'
+for trace in "$web" "$cloud" "$synth"; do
+  ws=$($bin trace-stats "$trace" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["working_set_bytes"], d["requests"])')
+  read -r wsb reqs <<<"$ws"
+  cap=$((wsb / 100))
+  name=$(basename "$trace")
+  for store in exact moka; do
+    best=999
+    for _ in 1 2 3; do s=$(secs $bin simulate --trace "$trace" --policy admit-all --store $store --capacity $cap); best=$(python3 -c "print(min($best,$s))"); done
+    hr=$($bin simulate --trace "$trace" --policy admit-all --store $store --capacity $cap --json - | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print("%.4f %%" % (r["hit_ratio"]*100))')
+    printf '| %s | %s | %s | secondhit | %s | %s | %s | %.1f |\n' "$name" "$reqs" "$cap" "$store" "$hr" "$best" "$(python3 -c "print($reqs/$best/1e6)")"
+  done
+  best=999
+  for _ in 1 2 3; do s=$(secs python3 scripts/libcachesim_lru.py "$trace" $cap); best=$(python3 -c "print(min($best,$s))"); done
+  hr=$(python3 scripts/libcachesim_lru.py "$trace" $cap | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.4f %%" % (r["hit_ratio"]*100))')
+  printf '| %s | %s | %s | libCacheSim | LRU | %s | %s | %.1f |\n' "$name" "$reqs" "$cap" "$hr" "$best" "$(python3 -c "print($reqs/$best/1e6)")"
+done
+
+echo
+s=$(secs $bin simulate)
+echo "default sweep (secondhit simulate, no options: 9 runs over the bundled trace): $s s wall"
