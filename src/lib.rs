@@ -28,6 +28,8 @@
 //! - [`admission`]: the [`Admission`](admission::Admission) trait and its policies: admit-all,
 //!   second-hit (rotating Bloom pair), second-hit-exact, nth-hit:N, nth-hit-exact:N.
 //! - [`clock`]: injected time: system clock for the server, manual clock for traces and tests.
+//! - [`http_cache`]: RFC 9111 rules as pure functions: cacheable?, freshness, age, keys, Vary,
+//!   conditional requests, ranges, hop-by-hop headers; the [`Outcome`](http_cache::Outcome) enum.
 //! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
 //! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
 //!   SVG plot), in parallel, deterministic.
@@ -43,6 +45,7 @@ pub mod admission;
 pub mod bloom;
 pub mod clock;
 pub mod hash;
+pub mod http_cache;
 pub mod plan;
 pub mod sim;
 pub mod store;
