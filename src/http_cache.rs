@@ -640,8 +640,8 @@ mod tests {
             ("if-modified-since", &later)
         ]));
         assert!(nm(&[("if-modified-since", &later)]));
-        let earlier = date(0).replace("GMT", "GMT");
-        assert!(nm(&[("if-modified-since", &earlier)]));
+        let same = date(0);
+        assert!(nm(&[("if-modified-since", &same)]));
         let before = httpdate::fmt_http_date(t(0) - Duration::from_secs(5));
         assert!(!nm(&[("if-modified-since", &before)]));
         assert!(!nm(&[]));
