@@ -21,25 +21,34 @@ pub enum Outcome {
     Deferred,
     /// Not cacheable (request or response): forwarded, never stored.
     Bypass,
+    /// The proxy answered itself: the origin failed (502, 504) or the request was refused.
+    Error,
 }
 
 impl Outcome {
     /// Every outcome, for metrics.
-    pub const ALL: [Outcome; 4] = [
+    pub const ALL: [Outcome; 5] = [
         Outcome::Hit,
         Outcome::Miss,
         Outcome::Deferred,
         Outcome::Bypass,
+        Outcome::Error,
     ];
 
-    /// `HIT`, `MISS`, `DEFERRED` or `BYPASS`: the `X-Cache` value.
+    /// `HIT`, `MISS`, `DEFERRED`, `BYPASS` or `ERROR`: the `X-Cache` value.
     pub const fn as_str(self) -> &'static str {
         match self {
             Outcome::Hit => "HIT",
             Outcome::Miss => "MISS",
             Outcome::Deferred => "DEFERRED",
             Outcome::Bypass => "BYPASS",
+            Outcome::Error => "ERROR",
         }
+    }
+
+    /// Index into per-outcome tables.
+    pub const fn index(self) -> usize {
+        self as usize
     }
 
     /// Lower-case label for metrics and logs.
@@ -49,6 +58,7 @@ impl Outcome {
             Outcome::Miss => "miss",
             Outcome::Deferred => "deferred",
             Outcome::Bypass => "bypass",
+            Outcome::Error => "error",
         }
     }
 }

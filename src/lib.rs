@@ -22,6 +22,7 @@
 //!
 //! ## Layout
 //!
+//! - [`config`]: `serve`'s configuration: serde with defaults, TOML, `validate()`.
 //! - [`hash`]: one fixed-seed 128-bit hash per key ([`KeyHash`]), shared by every filter.
 //! - [`bloom`]: the concurrent Bloom filter (standard and cache-line-blocked layouts, sizing) and
 //!   its counting variant.
@@ -30,7 +31,12 @@
 //! - [`clock`]: injected time: system clock for the server, manual clock for traces and tests.
 //! - [`http_cache`]: RFC 9111 rules as pure functions: cacheable?, freshness, age, keys, Vary,
 //!   conditional requests, ranges, hop-by-hop headers; the [`Outcome`](http_cache::Outcome) enum.
+//! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
+//! - [`origin`]: routing to configured origins only, and the pooled keep-alive client.
 //! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
+//! - [`proxy`]: the request path: lookup -> admission -> origin -> maybe store; coalescing;
+//!   streaming with store-on-complete.
+//! - [`server`]: listeners, connection limits, graceful shutdown, the admin endpoints.
 //! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
 //!   SVG plot), in parallel, deterministic.
 //! - [`store`]: the cache stores: moka (configured once for proxy and simulator) and an exact
@@ -44,9 +50,14 @@
 pub mod admission;
 pub mod bloom;
 pub mod clock;
+pub mod config;
 pub mod hash;
 pub mod http_cache;
+pub mod metrics;
+pub mod origin;
 pub mod plan;
+pub mod proxy;
+pub mod server;
 pub mod sim;
 pub mod store;
 pub mod trace;

@@ -32,6 +32,10 @@ enum Command {
     ///
     /// Example: secondhit trace-stats traces/request.trace.xz
     TraceStats(TraceStatsArgs),
+    /// Run the caching reverse proxy in front of configured origins.
+    ///
+    /// Example: secondhit serve --origin http://127.0.0.1:8081 --listen 127.0.0.1:8080
+    Serve(ServeArgs),
     /// Replay a trace through admission policies, evictions and cache sizes; report hit ratios
     /// and cache writes.
     ///
@@ -92,6 +96,49 @@ struct TraceStatsArgs {
     /// Print one JSON object instead of the text report.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// TOML configuration file (see secondhit.example.toml); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Public listener address.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Admin listener address (/metrics, /healthz, purge); keep it on loopback.
+    #[arg(long)]
+    admin_listen: Option<std::net::SocketAddr>,
+    /// Default origin, http://host:port.
+    #[arg(long)]
+    origin: Option<String>,
+    /// Cache capacity (bytes or with a unit: 256MiB).
+    #[arg(long, value_parser = parse_bytes)]
+    capacity: Option<u64>,
+    /// Largest object stored (bytes or with a unit).
+    #[arg(long, value_parser = parse_bytes)]
+    max_object_size: Option<u64>,
+    /// Admission policy: admit-all, second-hit, second-hit-exact, nth-hit:N, nth-hit-exact:N.
+    #[arg(long)]
+    policy: Option<String>,
+    /// Admission window (1h, 30m, inf).
+    #[arg(long, value_parser = parse_window)]
+    window: Option<WindowArg>,
+    /// Distinct keys per filter generation.
+    #[arg(long)]
+    expected_items: Option<u64>,
+    /// Target false-positive rate per generation.
+    #[arg(long)]
+    fpr: Option<f64>,
+    /// moka eviction: lru or tinylfu.
+    #[arg(long)]
+    eviction: Option<Eviction>,
+    /// Log level: error, warn, info, debug, trace (RUST_LOG overrides).
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Log one line per request.
+    #[arg(long)]
+    access_log: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -295,6 +342,95 @@ impl sim::Progress for Bar {
     }
 }
 
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    use secondhit::config::Config;
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    if let Some(v) = args.listen {
+        config.listen = v;
+    }
+    if let Some(v) = args.admin_listen {
+        config.admin_listen = v;
+    }
+    if let Some(v) = args.origin {
+        config.origin = Some(v);
+    }
+    if let Some(v) = args.capacity {
+        config.cache.capacity = v;
+    }
+    if let Some(v) = args.max_object_size {
+        config.cache.max_object_size = v;
+    }
+    if let Some(v) = args.policy {
+        config.admission.policy = v;
+    }
+    if let Some(v) = args.window {
+        config.admission.window = v.0;
+    }
+    if let Some(v) = args.expected_items {
+        config.admission.expected_items = v;
+    }
+    if let Some(v) = args.fpr {
+        config.admission.fpr = v;
+    }
+    if let Some(v) = args.eviction {
+        config.cache.eviction = v;
+    }
+    if let Some(v) = args.log_level {
+        config.log.level = v;
+    }
+    if args.access_log {
+        config.log.access_log = true;
+    }
+    config.validate()?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let clock = std::sync::Arc::new(secondhit::clock::SystemClock::new());
+        let running = secondhit::server::start(config, clock).await?;
+        eprintln!(
+            "secondhit: serving on http://{} (admin http://{}/metrics); Ctrl-C to stop",
+            running.addr, running.admin_addr
+        );
+        shutdown_signal().await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        running.shutdown().await;
+        anyhow::Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let format = args.input.format()?;
     let options = sim::Options {
@@ -444,6 +580,7 @@ fn main() -> ExitCode {
         Command::Bloom(args) => bloom(args),
         Command::TraceStats(args) => trace_stats(args),
         Command::Simulate(args) => simulate(args),
+        Command::Serve(args) => serve(args),
         Command::GenTrace(args) => gen_trace(args),
     };
     match result {

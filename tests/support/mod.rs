@@ -29,3 +29,6 @@ pub fn shared(name: &str) -> PathBuf {
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_secondhit"))
 }
+
+pub mod origin;
+pub mod proxy;

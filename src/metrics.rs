@@ -1,0 +1,346 @@
+//! Counters and latency histograms of the live proxy, rendered as Prometheus text (prefix
+//! `secondhit_`). Counters are cumulative since start; latencies are to response headers, in
+//! microseconds, per outcome.
+
+use crate::admission::Stats as AdmissionStats;
+use crate::http_cache::Outcome;
+use hdrhistogram::Histogram;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+const OUTCOMES: usize = Outcome::ALL.len();
+
+/// Kinds of origin failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OriginError {
+    /// Could not connect (502).
+    Connect,
+    /// No response headers in time (504).
+    Timeout,
+    /// Any other failure before the headers (502).
+    Other,
+    /// The body broke off, stalled or had the wrong length (the client sees a cut response).
+    Body,
+}
+
+impl OriginError {
+    const ALL: [OriginError; 4] = [
+        OriginError::Connect,
+        OriginError::Timeout,
+        OriginError::Other,
+        OriginError::Body,
+    ];
+    /// Label for metrics and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OriginError::Connect => "connect",
+            OriginError::Timeout => "timeout",
+            OriginError::Other => "other",
+            OriginError::Body => "body",
+        }
+    }
+}
+
+/// The proxy's metrics. All methods take `&self` and are safe from many threads.
+pub struct Metrics {
+    requests: [AtomicU64; OUTCOMES],
+    bytes: [AtomicU64; OUTCOMES],
+    latency: [Mutex<Histogram<u64>>; OUTCOMES],
+    origin_requests: AtomicU64,
+    origin_bytes: AtomicU64,
+    origin_errors: [AtomicU64; 4],
+    stores: AtomicU64,
+    stored_bytes: AtomicU64,
+    store_aborts: AtomicU64,
+    coalesced: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let hist = || {
+            // 1 us .. 10 min at 3 significant digits; the bounds are constants, so this cannot fail.
+            Mutex::new(
+                Histogram::new_with_bounds(1, 600_000_000, 3)
+                    .unwrap_or_else(|_| Histogram::new(3).expect("3 significant digits is valid")),
+            )
+        };
+        Metrics {
+            requests: Default::default(),
+            bytes: Default::default(),
+            latency: std::array::from_fn(|_| hist()),
+            origin_requests: AtomicU64::new(0),
+            origin_bytes: AtomicU64::new(0),
+            origin_errors: Default::default(),
+            stores: AtomicU64::new(0),
+            stored_bytes: AtomicU64::new(0),
+            store_aborts: AtomicU64::new(0),
+            coalesced: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a response: its outcome, the body bytes sent (as known when the headers went out)
+    /// and the time to its headers.
+    pub fn response(&self, outcome: Outcome, body_bytes: u64, latency: Duration) {
+        let i = outcome.index();
+        self.requests[i].fetch_add(1, Relaxed);
+        self.bytes[i].fetch_add(body_bytes, Relaxed);
+        let us = u64::try_from(latency.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        if let Ok(mut h) = self.latency[i].lock() {
+            h.saturating_record(us);
+        }
+    }
+
+    /// Counts a request sent to an origin.
+    pub fn origin_request(&self) {
+        self.origin_requests.fetch_add(1, Relaxed);
+    }
+
+    /// Counts body bytes received from an origin.
+    pub fn origin_bytes(&self, n: u64) {
+        self.origin_bytes.fetch_add(n, Relaxed);
+    }
+
+    /// Counts an origin failure.
+    pub fn origin_error(&self, e: OriginError) {
+        self.origin_errors[e as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Counts an object written to the cache.
+    pub fn stored(&self, bytes: u64) {
+        self.stores.fetch_add(1, Relaxed);
+        self.stored_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// Counts an admitted object that was not stored because its body was cut, too long or
+    /// too short.
+    pub fn store_aborted(&self) {
+        self.store_aborts.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a request served by another request's fetch.
+    pub fn coalesced(&self) {
+        self.coalesced.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a request refused before any origin contact (unknown host, CONNECT, ...).
+    pub fn refused(&self) {
+        self.refused.fetch_add(1, Relaxed);
+    }
+
+    /// Requests so far with this outcome.
+    pub fn requests(&self, outcome: Outcome) -> u64 {
+        self.requests[outcome.index()].load(Relaxed)
+    }
+
+    /// Requests sent to origins so far.
+    pub fn origin_requests(&self) -> u64 {
+        self.origin_requests.load(Relaxed)
+    }
+
+    /// Objects written to the cache so far.
+    pub fn stores(&self) -> u64 {
+        self.stores.load(Relaxed)
+    }
+
+    /// The Prometheus text exposition of everything, plus the cache's and the admission
+    /// policy's state.
+    pub fn render(
+        &self,
+        cache_entries: u64,
+        cache_bytes: u64,
+        admission: &AdmissionStats,
+    ) -> String {
+        let mut s = String::with_capacity(4096);
+        let mut counter = |name: &str, help: &str, rows: &[(String, u64)]| {
+            let _ = writeln!(
+                s,
+                "# HELP secondhit_{name} {help}\n# TYPE secondhit_{name} counter"
+            );
+            for (labels, v) in rows {
+                let _ = writeln!(s, "secondhit_{name}{labels} {v}");
+            }
+        };
+        let per_outcome = |a: &[AtomicU64; OUTCOMES]| -> Vec<(String, u64)> {
+            Outcome::ALL
+                .iter()
+                .map(|o| {
+                    (
+                        format!("{{outcome=\"{}\"}}", o.label()),
+                        a[o.index()].load(Relaxed),
+                    )
+                })
+                .collect()
+        };
+        counter(
+            "requests_total",
+            "Responses by outcome.",
+            &per_outcome(&self.requests),
+        );
+        counter(
+            "response_bytes_total",
+            "Response body bytes by outcome.",
+            &per_outcome(&self.bytes),
+        );
+        let one = |v: &AtomicU64| vec![(String::new(), v.load(Relaxed))];
+        counter(
+            "origin_requests_total",
+            "Requests sent to origins.",
+            &one(&self.origin_requests),
+        );
+        counter(
+            "origin_bytes_total",
+            "Body bytes received from origins.",
+            &one(&self.origin_bytes),
+        );
+        let errors: Vec<(String, u64)> = OriginError::ALL
+            .iter()
+            .map(|e| {
+                (
+                    format!("{{kind=\"{}\"}}", e.as_str()),
+                    self.origin_errors[*e as usize].load(Relaxed),
+                )
+            })
+            .collect();
+        counter("origin_errors_total", "Origin failures by kind.", &errors);
+        counter(
+            "cache_writes_total",
+            "Objects written to the cache.",
+            &one(&self.stores),
+        );
+        counter(
+            "cache_written_bytes_total",
+            "Bytes written to the cache.",
+            &one(&self.stored_bytes),
+        );
+        counter(
+            "cache_write_aborts_total",
+            "Admitted objects not stored: body cut off, too long or too short.",
+            &one(&self.store_aborts),
+        );
+        counter(
+            "coalesced_total",
+            "Requests served by another request's fetch.",
+            &one(&self.coalesced),
+        );
+        counter(
+            "refused_total",
+            "Requests refused before any origin contact.",
+            &one(&self.refused),
+        );
+        counter(
+            "admission_total",
+            "Admission decisions on cache misses.",
+            &[
+                ("{decision=\"admit\"}".into(), admission.admitted),
+                ("{decision=\"defer\"}".into(), admission.deferred),
+            ],
+        );
+        counter(
+            "filter_rotations_total",
+            "Rotations of the admission filter's generations.",
+            &[(String::new(), admission.rotations)],
+        );
+        let mut gauge = |name: &str, help: &str, v: f64| {
+            let _ = writeln!(s, "# HELP secondhit_{name} {help}\n# TYPE secondhit_{name} gauge\nsecondhit_{name} {v}");
+        };
+        gauge(
+            "cache_entries",
+            "Objects in the cache.",
+            cache_entries as f64,
+        );
+        gauge(
+            "cache_bytes",
+            "Weighted bytes in the cache.",
+            cache_bytes as f64,
+        );
+        if let Some(f) = &admission.filter {
+            gauge(
+                "filter_current_fill",
+                "Fraction of the current generation's bits set.",
+                f.current_fill,
+            );
+            gauge(
+                "filter_previous_fill",
+                "Fraction of the previous generation's bits set.",
+                f.previous_fill,
+            );
+            gauge(
+                "filter_estimated_fpr",
+                "Estimated false-positive rate of the filter pair.",
+                f.estimated_fpr,
+            );
+            gauge(
+                "filter_current_items",
+                "Distinct keys in the current generation.",
+                f.current_items as f64,
+            );
+            gauge(
+                "filter_memory_bytes",
+                "Memory of both generations.",
+                f.memory_bytes as f64,
+            );
+        }
+        let _ = writeln!(
+            s,
+            "# HELP secondhit_latency_seconds Time to response headers by outcome.\n# TYPE secondhit_latency_seconds summary"
+        );
+        for o in Outcome::ALL {
+            let Ok(h) = self.latency[o.index()].lock() else {
+                continue;
+            };
+            for q in [0.5, 0.9, 0.99, 0.999] {
+                let _ = writeln!(
+                    s,
+                    "secondhit_latency_seconds{{outcome=\"{}\",quantile=\"{q}\"}} {}",
+                    o.label(),
+                    h.value_at_quantile(q) as f64 / 1e6
+                );
+            }
+            let _ = writeln!(
+                s,
+                "secondhit_latency_seconds_count{{outcome=\"{}\"}} {}",
+                o.label(),
+                h.len()
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::default();
+        m.response(Outcome::Hit, 100, Duration::from_micros(250));
+        m.response(Outcome::Hit, 50, Duration::from_millis(2));
+        m.response(Outcome::Miss, 10, Duration::from_millis(20));
+        m.origin_error(OriginError::Timeout);
+        let text = m.render(3, 300, &AdmissionStats::default());
+        assert!(
+            text.contains("secondhit_requests_total{outcome=\"hit\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("secondhit_response_bytes_total{outcome=\"hit\"} 150"));
+        assert!(text.contains("secondhit_origin_errors_total{kind=\"timeout\"} 1"));
+        assert!(text.contains("secondhit_cache_entries 3"));
+        assert!(text.contains("secondhit_latency_seconds_count{outcome=\"hit\"} 2"));
+        assert!(text.contains("secondhit_latency_seconds{outcome=\"miss\",quantile=\"0.5\"} 0.02"));
+        assert_eq!(m.requests(Outcome::Hit), 2);
+        // Every sample line is `name{labels} value` or `name value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The origins: which configured origin serves a request, and a pooled keep-alive client to
+//! them. Only configured origins are ever contacted.
+
+use crate::config::{Config, ConfigError, OriginUrl};
+use bytes::Bytes;
+use http::uri::Authority;
+use http_body_util::combinators::BoxBody;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::collections::HashMap;
+
+/// Errors inside bodies: boxed, as hyper and our own pumps produce different ones.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type the proxy sends and receives.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+
+/// The configured origins and a pooled client to them.
+pub struct Origins {
+    default: Option<Authority>,
+    hosts: HashMap<String, Authority>,
+    client: Client<HttpConnector, ProxyBody>,
+}
+
+impl Origins {
+    /// Builds the routing table and the client from a validated configuration: connect timeout,
+    /// idle pooled connections closed after `origin_idle` (the pool needs a timer for that).
+    pub fn new(config: &Config) -> Result<Origins, ConfigError> {
+        let default = match &config.origin {
+            Some(url) => Some(OriginUrl::parse("origin", url)?.authority),
+            None => None,
+        };
+        let mut hosts = HashMap::new();
+        for (host, url) in &config.hosts {
+            hosts.insert(
+                host.trim().to_ascii_lowercase(),
+                OriginUrl::parse("hosts", url)?.authority,
+            );
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.timeouts.connect));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(config.timeouts.origin_idle)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        Ok(Origins {
+            default,
+            hosts,
+            client,
+        })
+    }
+
+    /// The origin for a request's authority (from an absolute-form URI or the Host header):
+    /// a `[hosts]` entry matching `host:port` or `host`, else the default origin — unless the
+    /// request came in absolute form (a proxy-style request for some other site), which only a
+    /// `[hosts]` entry may serve.
+    pub fn route(&self, authority: &str, absolute_form: bool) -> Option<&Authority> {
+        let a = authority.trim().to_ascii_lowercase();
+        let host = a.rsplit_once(':').map_or(a.as_str(), |(h, p)| {
+            if p.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                a.as_str()
+            }
+        });
+        if let Some(o) = self.hosts.get(&a).or_else(|| self.hosts.get(host)) {
+            return Some(o);
+        }
+        if absolute_form {
+            return None;
+        }
+        self.default.as_ref()
+    }
+
+    /// The pooled client.
+    pub fn client(&self) -> &Client<HttpConnector, ProxyBody> {
+        &self.client
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origins(toml: &str) -> Origins {
+        let c = Config::from_toml(toml).unwrap();
+        c.validate().unwrap();
+        Origins::new(&c).unwrap()
+    }
+
+    #[tokio::test]
+    async fn routes_only_to_configured_origins() {
+        let o = origins("origin = \"http://127.0.0.1:1000\"\n[hosts]\n\"img.example\" = \"http://127.0.0.1:2000\"");
+        let r = |a: &str, abs: bool| o.route(a, abs).map(|x| x.to_string());
+        assert_eq!(r("img.example", false).as_deref(), Some("127.0.0.1:2000"));
+        assert_eq!(
+            r("IMG.example:8080", false).as_deref(),
+            Some("127.0.0.1:2000")
+        );
+        assert_eq!(r("other.example", false).as_deref(), Some("127.0.0.1:1000"));
+        // Absolute-form requests for sites we do not serve go nowhere.
+        assert_eq!(r("evil.example", true), None);
+        assert_eq!(r("img.example", true).as_deref(), Some("127.0.0.1:2000"));
+        let only_hosts = origins("[hosts]\n\"a.example\" = \"http://127.0.0.1:3000\"");
+        assert!(only_hosts.route("b.example", false).is_none());
+    }
+}
