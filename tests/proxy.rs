@@ -391,3 +391,30 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
         "no longer accepting"
     );
 }
+
+#[tokio::test]
+async fn cleartext_http2_clients_are_served_too() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    let o = origin::start().await;
+    let (p, _) = start(&o.url(), "[admission]\npolicy = \"admit-all\"").await;
+    let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let req = http::Request::get(format!("http://{}/cache/h2?size=3000", p.addr))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = client.request(req).await.unwrap();
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        let xc = resp.headers()["x-cache"].to_str().unwrap().to_string();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], &content("/cache/h2", 3000)[..]);
+        seen.push(xc);
+    }
+    assert_eq!(seen, ["MISS", "HIT"]);
+    assert_eq!(o.count("/cache/h2?size=3000"), 1);
+    p.shutdown().await;
+}
