@@ -148,6 +148,10 @@ pub struct CacheConfig {
     pub store_set_cookie: bool,
     /// Never cache requests that carry a `Cookie`.
     pub bypass_cookie_requests: bool,
+    /// Weigh entries by body only and run moka's maintenance after every write and every 32
+    /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
+    /// Slower; for agreement runs (`secondhit demo`), not for production.
+    pub lab_mode: bool,
 }
 
 impl Default for CacheConfig {
@@ -160,6 +164,7 @@ impl Default for CacheConfig {
             statuses: StoreRules::default().statuses,
             store_set_cookie: false,
             bypass_cookie_requests: false,
+            lab_mode: false,
         }
     }
 }

@@ -23,6 +23,8 @@
 //! ## Layout
 //!
 //! - [`config`]: `serve`'s configuration: serde with defaults, TOML, `validate()`.
+//! - [`demo`]: `secondhit demo`: origin + proxy on loopback, a replay per policy, live figures
+//!   beside the simulator's prediction.
 //! - [`hash`]: one fixed-seed 128-bit hash per key ([`KeyHash`]), shared by every filter.
 //! - [`bloom`]: the concurrent Bloom filter (standard and cache-line-blocked layouts, sizing) and
 //!   its counting variant.
@@ -33,9 +35,13 @@
 //!   conditional requests, ranges, hop-by-hop headers; the [`Outcome`](http_cache::Outcome) enum.
 //! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
 //! - [`origin`]: routing to configured origins only, and the pooled keep-alive client.
+//! - [`origin_server`]: `secondhit origin`, a synthetic origin with verifiable content, counters
+//!   and injected faults.
 //! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
 //! - [`proxy`]: the request path: lookup -> admission -> origin -> maybe store; coalescing;
 //!   streaming with store-on-complete.
+//! - [`replay`]: live replay of a trace as HTTP load against any cache, with latency histograms
+//!   and byte-for-byte verification.
 //! - [`server`]: listeners, connection limits, graceful shutdown, the admin endpoints.
 //! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
 //!   SVG plot), in parallel, deterministic.
@@ -51,12 +57,15 @@ pub mod admission;
 pub mod bloom;
 pub mod clock;
 pub mod config;
+pub mod demo;
 pub mod hash;
 pub mod http_cache;
 pub mod metrics;
 pub mod origin;
+pub mod origin_server;
 pub mod plan;
 pub mod proxy;
+pub mod replay;
 pub mod server;
 pub mod sim;
 pub mod store;

@@ -32,6 +32,17 @@ enum Command {
     ///
     /// Example: secondhit trace-stats traces/request.trace.xz
     TraceStats(TraceStatsArgs),
+    /// The whole mission in one command: origin + proxy on loopback, the bundled trace replayed
+    /// through them per policy, live figures beside simulate's prediction.
+    Demo(DemoArgs),
+    /// A synthetic origin: GET /<key>?size=N returns N verifiable bytes; counters at /_stats.
+    ///
+    /// Example: secondhit origin --listen 127.0.0.1:8081 --latency 5ms
+    Origin(OriginArgs),
+    /// Replay a trace as HTTP load against any cache; hit ratio, offload, latency, errors.
+    ///
+    /// Example: secondhit replay --target http://127.0.0.1:8080 --origin-stats http://127.0.0.1:8081/_stats
+    Replay(ReplayArgs),
     /// Run the caching reverse proxy in front of configured origins.
     ///
     /// Example: secondhit serve --origin http://127.0.0.1:8081 --listen 127.0.0.1:8080
@@ -96,6 +107,83 @@ struct TraceStatsArgs {
     /// Print one JSON object instead of the text report.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct DemoArgs {
+    /// Requests of the bundled trace to replay.
+    #[arg(long, default_value_t = 20_000)]
+    requests: u64,
+    /// Cache size as a fraction of those requests' working set.
+    #[arg(long, default_value_t = 0.05)]
+    capacity_fraction: f64,
+    /// Policies, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "admit-all,second-hit")]
+    policy: Vec<Policy>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct OriginArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    listen: std::net::SocketAddr,
+    /// max-age of every response, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    max_age: u64,
+    /// Delay before every response's headers (e.g. 5ms).
+    #[arg(long, value_parser = parse_window)]
+    latency: Option<WindowArg>,
+    /// Share of requests answered with 503.
+    #[arg(long, default_value_t = 0.0)]
+    error_rate: f64,
+    /// Share of requests whose connection resets after half the body.
+    #[arg(long, default_value_t = 0.0)]
+    reset_rate: f64,
+    /// Share of requests whose body stops short of its Content-Length.
+    #[arg(long, default_value_t = 0.0)]
+    short_rate: f64,
+    /// Share of requests whose body drips, 1 KiB per 100 ms.
+    #[arg(long, default_value_t = 0.0)]
+    drip_rate: f64,
+    /// Seed of the fault choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(clap::Args, Debug)]
+struct ReplayArgs {
+    /// The trace file (default: the bundled request.trace.xz).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    #[command(flatten)]
+    input: TraceInput,
+    /// The cache to drive, http://host:port.
+    #[arg(long)]
+    target: String,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// At most this many requests per second.
+    #[arg(long, conflicts_with = "speed")]
+    rate: Option<f64>,
+    /// Follow the trace's timestamps, sped up this many times.
+    #[arg(long)]
+    speed: Option<f64>,
+    /// Replay only the first N requests.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Leave the first N requests out of the figures.
+    #[arg(long, default_value_t = 0)]
+    warmup: u64,
+    /// The origin's stats URL (secondhit origin: http://host:port/_stats), to count offload.
+    #[arg(long)]
+    origin_stats: Option<String>,
+    /// Write the report as one JSON object to FILE, or to stdout with "-".
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -185,6 +273,9 @@ struct SimulateArgs {
     /// Worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Replay only the first N requests of the trace.
+    #[arg(long)]
+    limit: Option<u64>,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]
     json: Option<PathBuf>,
@@ -431,6 +522,120 @@ async fn shutdown_signal() {
     }
 }
 
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// The trace to read: a file, or the bundled one; with its display name.
+type OpenTrace = std::sync::Arc<dyn Fn() -> Result<trace::Reader, trace::TraceError> + Send + Sync>;
+
+fn open_trace(path: Option<&Path>, format: Option<Format>) -> (String, OpenTrace) {
+    match path {
+        Some(path) => {
+            let path = path.to_path_buf();
+            (
+                path.display().to_string(),
+                std::sync::Arc::new(move || trace::open(&path, format.as_ref())),
+            )
+        }
+        None => {
+            let (name, data) = trace::BUNDLED;
+            (
+                format!("{name} (bundled)"),
+                std::sync::Arc::new(move || trace::open_static(name, data, format.as_ref())),
+            )
+        }
+    }
+}
+
+fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    let (name, open) = open_trace(None, None);
+    let options = secondhit::demo::DemoOptions {
+        requests: args.requests,
+        capacity_fraction: args.capacity_fraction,
+        policies: args.policy,
+        concurrency: 1,
+    };
+    let report = runtime()?.block_on(secondhit::demo::run(&name, open, &options, &Bar::new()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
+}
+
+fn origin(args: OriginArgs) -> anyhow::Result<()> {
+    let options = secondhit::origin_server::OriginOptions {
+        listen: args.listen,
+        max_age: args.max_age,
+        latency: args.latency.and_then(|w| w.0).unwrap_or_default(),
+        error_rate: args.error_rate,
+        reset_rate: args.reset_rate,
+        short_rate: args.short_rate,
+        drip_rate: args.drip_rate,
+        seed: args.seed,
+        ..Default::default()
+    };
+    runtime()?.block_on(async move {
+        let running = secondhit::origin_server::start(options)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        eprintln!(
+            "secondhit origin on http://{} (GET /<key>?size=N; stats at /_stats); Ctrl-C to stop",
+            running.addr
+        );
+        shutdown_signal().await;
+        let stats = running.stats();
+        running.shutdown().await;
+        eprintln!(
+            "served {} requests, {} body bytes",
+            stats.requests, stats.bytes
+        );
+        anyhow::Ok(())
+    })
+}
+
+fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let target: http::Uri = args
+        .target
+        .parse()
+        .with_context(|| format!("--target {:?} is not a URL", args.target))?;
+    let mut options = secondhit::replay::ReplayOptions::new(target);
+    options.concurrency = args.concurrency;
+    options.rate = args.rate;
+    options.speed = args.speed;
+    options.limit = args.limit;
+    options.warmup = args.warmup;
+    options.origin_stats = match &args.origin_stats {
+        Some(u) => Some(
+            u.parse()
+                .with_context(|| format!("--origin-stats {u:?} is not a URL"))?,
+        ),
+        None => None,
+    };
+    let (_, open) = open_trace(args.trace.as_deref(), args.input.format()?);
+    let reader = open()?;
+    let report = runtime()?.block_on(secondhit::replay::run(reader, &options, &Bar::new()))?;
+    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    if !json_to_stdout {
+        print!("{}", report.to_text());
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        if json_to_stdout {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let format = args.input.format()?;
     let options = sim::Options {
@@ -449,6 +654,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             layout: args.layout,
         },
         threads: args.threads,
+        limit: args.limit,
     };
     let (name, open): (
         String,
@@ -581,6 +787,9 @@ fn main() -> ExitCode {
         Command::TraceStats(args) => trace_stats(args),
         Command::Simulate(args) => simulate(args),
         Command::Serve(args) => serve(args),
+        Command::Demo(args) => demo(args),
+        Command::Origin(args) => origin(args),
+        Command::Replay(args) => replay(args),
         Command::GenTrace(args) => gen_trace(args),
     };
     match result {

@@ -165,6 +165,8 @@ pub struct Proxy {
     bypass_cookies: bool,
     max_uri: usize,
     access_log: bool,
+    /// `cache.lab_mode`: reads since moka's last maintenance run, or `None` when off.
+    lab_reads: Option<std::sync::atomic::AtomicU32>,
 }
 
 /// A response body fed by the pump task.
@@ -242,9 +244,16 @@ impl Proxy {
             field: "admission",
             message: e.to_string(),
         })?;
+        let lab = config.cache.lab_mode;
         let store =
             moka_builder::<String, Arc<CachedObject>>(config.cache.capacity, config.cache.eviction)
-                .weigher(|k: &String, v: &Arc<CachedObject>| v.weight(k))
+                .weigher(move |k: &String, v: &Arc<CachedObject>| {
+                    if lab {
+                        u32::try_from(v.body.len()).unwrap_or(u32::MAX)
+                    } else {
+                        v.weight(k)
+                    }
+                })
                 .expire_after(FreshFor)
                 .support_invalidation_closures()
                 .build();
@@ -263,6 +272,7 @@ impl Proxy {
             bypass_cookies: config.cache.bypass_cookie_requests,
             max_uri: config.limits.max_uri_bytes,
             access_log: config.log.access_log,
+            lab_reads: lab.then(|| std::sync::atomic::AtomicU32::new(0)),
         })
     }
 
@@ -507,7 +517,15 @@ impl Proxy {
 
     fn lookup(&self, primary: &str, headers: &HeaderMap) -> Option<Arc<CachedObject>> {
         let key = self.lookup_key(primary, headers);
-        let obj = self.store.get(&key)?;
+        let found = self.store.get(&key);
+        if let Some(reads) = &self.lab_reads {
+            // As the simulator's moka store: maintenance every 32 reads.
+            if reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= 32 {
+                self.store.run_pending_tasks();
+                reads.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let obj = found?;
         if self.clock.now() >= obj.fresh_until {
             self.store.invalidate(&key);
             return None;
@@ -822,6 +840,10 @@ impl Proxy {
             auth_ok,
         });
         self.store.insert(key, Arc::clone(&obj));
+        if let Some(reads) = &self.lab_reads {
+            self.store.run_pending_tasks();
+            reads.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
         self.metrics.stored(len);
         if let Some(leader) = job.leader {
             leader.complete(obj);

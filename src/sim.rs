@@ -63,6 +63,8 @@ pub struct Options {
     pub settings: Settings,
     /// Worker threads; 0 means one per core.
     pub threads: usize,
+    /// Replay only the first N requests of the trace.
+    pub limit: Option<u64>,
 }
 
 impl Default for Options {
@@ -76,6 +78,7 @@ impl Default for Options {
             capacities: Capacities::Fractions(vec![0.01, 0.05, 0.10]),
             settings: Settings::default(),
             threads: 0,
+            limit: None,
         }
     }
 }
@@ -331,6 +334,10 @@ pub fn run(
 ) -> Result<Report, SimError> {
     options.validate()?;
     let started = Instant::now();
+    let limit = options
+        .limit
+        .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    let open = move || open().map(|r| r.take(limit));
     // A first pass only when capacities depend on the working set.
     let first_pass = match &options.capacities {
         Capacities::Fractions(_) => {

@@ -198,6 +198,7 @@ fn results_are_the_same_on_every_run_and_thread_count() {
             ..Settings::default()
         },
         threads: 1,
+        limit: None,
     };
     let strip = |r: Report| {
         r.results
