@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Live trace replay through secondhit serve and through nginx proxy_cache with
+# proxy_cache_min_uses 2, both in front of the same secondhit origin, same trace, same machine.
+# Hit ratios come from X-Cache (both send it here) and, independently, from the origin's counters.
+#
+# usage: scripts/replay-vs-nginx.sh [REQUESTS] [CONCURRENCY]   (installs nginx from Debian if missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+requests=${1:-30000}
+concurrency=${2:-8}
+command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq nginx >/dev/null; }
+cargo build --release --quiet
+bin=target/release/secondhit
+dir=$(mktemp -d)
+chmod 755 "$dir"
+mkdir -p "$dir/cache" "$dir/logs"; chmod 777 "$dir/cache"
+trap 'kill $(cat "$dir"/*.pid 2>/dev/null) 2>/dev/null || true; nginx -p "$dir" -c "$dir/nginx.conf" -s stop 2>/dev/null || true; rm -rf "$dir"' EXIT
+
+# Cache size: 5 % of the replayed part's working set, the same for both.
+ws=$($bin simulate --limit "$requests" --policy admit-all --capacity-fraction 0.05 --json - \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["capacity_bytes"])')
+cat > "$dir/nginx.conf" <<NGINX
+worker_processes 2;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  proxy_cache_path $dir/cache levels=1:2 keys_zone=c:64m max_size=$ws inactive=1d use_temp_path=off;
+  upstream origin { server 127.0.0.1:18081; keepalive 64; }
+  server {
+    listen 127.0.0.1:18082;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_cache c;
+      proxy_cache_min_uses 2;
+      add_header X-Cache \$upstream_cache_status;
+    }
+  }
+}
+NGINX
+
+printf '| cache | requests | hit ratio (X-Cache) | byte hit ratio | origin requests | origin offload | errors | corrupted | req/s | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+for cache in nginx secondhit; do
+  # A fresh origin each time, so its counters start at 0.
+  $bin origin --listen 127.0.0.1:18081 --max-age 86400 2>/dev/null & echo $! > "$dir/origin.pid"
+  if [ $cache = nginx ]; then
+    rm -rf "$dir/cache"/*; nginx -p "$dir" -c "$dir/nginx.conf"; port=18082
+  else
+    $bin serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 \
+      --capacity "$ws" --max-object-size "$ws" --log-level warn 2>/dev/null & echo $! > "$dir/serve.pid"; port=18083
+  fi
+  sleep 1
+  $bin replay --target "http://127.0.0.1:$port" --limit "$requests" --concurrency "$concurrency" \
+    --origin-stats http://127.0.0.1:18081/_stats --json "$dir/$cache.json" >/dev/null 2>&1
+  python3 - "$dir/$cache.json" "$cache" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+name = "nginx 1.22 proxy_cache, min_uses 2" if sys.argv[2] == "nginx" else "secondhit serve (second-hit)"
+print(f"| {name} | {d['requests']:,} | {d['hit_ratio']*100:.2f} % | {d['byte_hit_ratio']*100:.2f} % | {d['origin_requests']:,} | {d['origin_offload']*100:.2f} % | {d['errors']} | {d['corrupted']} | {d['requests_per_sec']:,.0f} | {d['latency_ms']['p50']:.2f} | {d['latency_ms']['p99']:.2f} |")
+PY
+  if [ $cache = nginx ]; then nginx -p "$dir" -c "$dir/nginx.conf" -s stop; sleep 0.5; else kill "$(cat "$dir/serve.pid")"; fi
+  kill "$(cat "$dir/origin.pid")"; sleep 0.5
+done
+echo
+echo "prediction (secondhit simulate --limit $requests --capacity $ws, second-hit, window inf):"
+$bin simulate --limit "$requests" --policy second-hit --capacity "$ws" --window inf --store moka | sed -n '4,5p'
