@@ -398,6 +398,30 @@ pub fn not_modified(
     matches!((ims, lm), (Some(ims), Some(lm)) if lm <= ims)
 }
 
+/// Request headers that some origins honour to rewrite the URL, host, scheme or method but that
+/// are not part of the cache key: forwarding them would let one client make the origin produce
+/// a response that is then stored and served to everyone under the normal key (cache
+/// poisoning). They are removed from requests before they reach an origin.
+pub const UNKEYED_OVERRIDES: [&str; 10] = [
+    "forwarded",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-scheme",
+    "x-forwarded-server",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Removes [`UNKEYED_OVERRIDES`] from a request's headers.
+pub fn strip_unkeyed_overrides(headers: &mut HeaderMap) {
+    for name in UNKEYED_OVERRIDES {
+        headers.remove(name);
+    }
+}
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1), removed in both directions, plus any field the
 /// `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {

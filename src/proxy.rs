@@ -371,6 +371,19 @@ impl Proxy {
             );
             return Answer::new(r, Outcome::Error, "fwd=bypass; detail=connect");
         }
+        // A GET or HEAD with a chunked body has no use but desynchronising a chain of servers.
+        // (hyper itself already reads Content-Length + Transfer-Encoding as chunked, drops the
+        // Content-Length and closes the connection after the response, as RFC 9112 §6.3 asks;
+        // the origin always gets a request re-serialised by our client.)
+        if (req.method() == Method::GET || req.method() == Method::HEAD)
+            && req.headers().contains_key(header::TRANSFER_ENCODING)
+        {
+            self.metrics.refused();
+            let mut r = plain(StatusCode::BAD_REQUEST, "GET and HEAD take no body");
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Answer::new(r, Outcome::Error, "fwd=bypass; detail=smuggling");
+        }
         let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         if uri_len > self.max_uri {
             self.metrics.refused();
@@ -614,6 +627,7 @@ impl Proxy {
         let authorized = parts.headers.contains_key(header::AUTHORIZATION);
         let mut headers = parts.headers;
         strip_hop_by_hop(&mut headers);
+        http_cache::strip_unkeyed_overrides(&mut headers);
         if !headers.contains_key(header::HOST) {
             if let Some(a) = parts.uri.authority() {
                 if let Ok(v) = HeaderValue::from_str(a.as_str()) {

@@ -106,6 +106,15 @@ async fn respond(req: Request<Incoming>) -> Response<Body> {
                 .header("vary", "Accept-Language")
                 .body(full(format!("language={lang}")))
         }
+        "echo" => {
+            let xfh = req
+                .headers()
+                .get("x-forwarded-host")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none")
+                .to_string();
+            cc(b, "max-age=60").body(full(format!("x-forwarded-host={xfh}")))
+        }
         "delay" => {
             tokio::time::sleep(Duration::from_millis(300)).await;
             cc(b, "max-age=60").body(full(body))
