@@ -178,6 +178,9 @@ struct ReplayArgs {
     /// Leave the first N requests out of the figures.
     #[arg(long, default_value_t = 0)]
     warmup: u64,
+    /// Stop after this long (e.g. 60s), wherever the trace is.
+    #[arg(long, value_parser = parse_window)]
+    duration: Option<WindowArg>,
     /// The origin's stats URL (secondhit origin: http://host:port/_stats), to count offload.
     #[arg(long)]
     origin_stats: Option<String>,
@@ -610,6 +613,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     options.speed = args.speed;
     options.limit = args.limit;
     options.warmup = args.warmup;
+    options.duration = args.duration.and_then(|d| d.0);
     options.origin_stats = match &args.origin_stats {
         Some(u) => Some(
             u.parse()

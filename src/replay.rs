@@ -52,6 +52,8 @@ pub struct ReplayOptions {
     pub origin_stats: Option<Uri>,
     /// Per-request timeout, headers and body.
     pub timeout: Duration,
+    /// Stop sending new requests after this long (`None`: run to the end of the trace).
+    pub duration: Option<Duration>,
 }
 
 impl ReplayOptions {
@@ -66,6 +68,7 @@ impl ReplayOptions {
             warmup: 0,
             origin_stats: None,
             timeout: Duration::from_secs(30),
+            duration: None,
         }
     }
 }
@@ -243,6 +246,7 @@ pub async fn run(
         Ok(())
     });
     let rx = Arc::new(Mutex::new(rx));
+    // Dropping the receiver (all workers done) stops the reader thread at its next send.
     let done = Arc::new(AtomicU64::new(0));
     let measured_start: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let origin_before: Arc<Mutex<Option<OriginStats>>> = Arc::default();
@@ -262,6 +266,9 @@ pub async fn run(
         workers.push(tokio::spawn(async move {
             let mut t = Tally::default();
             loop {
+                if opts.duration.is_some_and(|d| start.elapsed() >= d) {
+                    break;
+                }
                 let next = rx.lock().await.recv().await;
                 let Some((i, r)) = next else { break };
                 // Pacing: by rate, or by the trace's clock.
@@ -328,6 +335,9 @@ pub async fn run(
         }));
     }
 
+    // Only the workers hold the receiver now: when they stop (trace end or `duration`), the
+    // reader thread's next send fails and it ends.
+    drop(rx);
     let total = options.limit;
     progress.begin("replaying", total);
     let mut reported = 0;

@@ -278,7 +278,9 @@ pub fn open_static(
     reader(path, format, decompress(path, Box::new(data))?)
 }
 
-fn reader(
+/// Reads a trace from any byte stream (already decompressed); `name` names it in errors and,
+/// with `format: None`, picks the format.
+pub fn reader(
     path: &Path,
     format: Option<&Format>,
     bytes: Box<dyn BufRead + Send>,
