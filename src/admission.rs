@@ -5,8 +5,8 @@
 //! * [`AdmitAll`] stores every miss (the baseline).
 //! * [`Rotating`] keeps two generations of sightings (`current` takes inserts, `previous` is
 //!   read-only) and admits a key once it has been seen enough times across both. Its generations
-//!   are a [`Bloom`](crate::bloom::Bloom) (`second-hit`), a
-//!   [`Counting`](crate::bloom::Counting) filter (`nth-hit:N`) or exact hash maps
+//!   are a [`Bloom`] (`second-hit`), a
+//!   [`Counting`] filter (`nth-hit:N`) or exact hash maps
 //!   ([`Exact`]: `second-hit-exact`, `nth-hit-exact:N`), which isolate what the approximation
 //!   costs.
 //! * [`Policy`] names a policy as on the command line; [`Settings`] holds the filter settings

@@ -22,34 +22,40 @@
 //!
 //! ## Layout
 //!
-//! - [`config`]: `serve`'s configuration: serde with defaults, TOML, `validate()`.
-//! - [`demo`]: `secondhit demo`: origin + proxy on loopback, a replay per policy, live figures
-//!   beside the simulator's prediction.
+//! The core (what another proxy embeds):
 //! - [`hash`]: one fixed-seed 128-bit hash per key ([`KeyHash`]), shared by every filter.
 //! - [`bloom`]: the concurrent Bloom filter (standard and cache-line-blocked layouts, sizing) and
 //!   its counting variant.
 //! - [`admission`]: the [`Admission`](admission::Admission) trait and its policies: admit-all,
 //!   second-hit (rotating Bloom pair), second-hit-exact, nth-hit:N, nth-hit-exact:N.
 //! - [`clock`]: injected time: system clock for the server, manual clock for traces and tests.
-//! - [`http_cache`]: RFC 9111 rules as pure functions: cacheable?, freshness, age, keys, Vary,
-//!   conditional requests, ranges, hop-by-hop headers; the [`Outcome`](http_cache::Outcome) enum.
-//! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
-//! - [`origin`]: routing to configured origins only, and the pooled keep-alive client.
-//! - [`origin_server`]: `secondhit origin`, a synthetic origin with verifiable content, counters
-//!   and injected faults.
-//! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
-//! - [`proxy`]: the request path: lookup -> admission -> origin -> maybe store; coalescing;
-//!   streaming with store-on-complete.
-//! - [`replay`]: live replay of a trace as HTTP load against any cache, with latency histograms
-//!   and byte-for-byte verification.
-//! - [`server`]: listeners, connection limits, graceful shutdown, the admin endpoints.
-//! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
-//!   SVG plot), in parallel, deterministic.
 //! - [`store`]: the cache stores: moka (configured once for proxy and simulator) and an exact
 //!   byte-capacity LRU.
+//!
+//! The trace lab:
 //! - [`trace`]: access traces: one streaming reader per format, transparent decompression,
 //!   synthetic traces (`gen-trace`) and summaries (`trace-stats`).
-//! - [`units`]: human-readable counts and byte sizes.
+//! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
+//!   SVG plot), in parallel, deterministic.
+//! - [`replay`]: live replay of a trace as HTTP load against any cache, with latency histograms
+//!   and byte-for-byte verification.
+//! - [`origin_server`]: `secondhit origin`, a synthetic origin with verifiable content, counters
+//!   and injected faults.
+//! - [`demo`]: `secondhit demo`: origin + proxy on loopback, a replay per policy, live figures
+//!   beside the simulator's prediction.
+//! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
+//!
+//! The proxy:
+//! - [`config`]: `serve`'s configuration: serde with defaults, TOML, `validate()`.
+//! - [`http_cache`]: RFC 9111 rules as pure functions: cacheable?, freshness, age, keys, Vary,
+//!   conditional requests, ranges, hop-by-hop headers; the [`Outcome`](http_cache::Outcome) enum.
+//! - [`proxy`]: the request path: lookup -> admission -> origin -> maybe store; coalescing;
+//!   streaming with store-on-complete.
+//! - [`origin`]: routing to configured origins only, and the pooled keep-alive client.
+//! - [`server`]: listeners, connection limits, graceful shutdown, the admin endpoints.
+//! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
+//!
+//! - [`units`]: human-readable counts, byte sizes and durations, both ways.
 
 #![warn(missing_docs)]
 

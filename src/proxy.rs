@@ -210,6 +210,19 @@ fn plain(status: StatusCode, text: &str) -> Response<ProxyBody> {
     r
 }
 
+/// A deep copy of `headers`. Header values parsed by hyper are slices of its read buffer:
+/// storing them as they are would pin that whole buffer (often as large as the body) for the
+/// entry's life. Measured before this copy: 215 MiB resident for 99 MiB of 64 KiB objects.
+fn owned_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if let Ok(v) = HeaderValue::from_bytes(value.as_bytes()) {
+            out.append(name.clone(), v);
+        }
+    }
+    out
+}
+
 fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)
@@ -845,15 +858,7 @@ impl Proxy {
             self.vary.insert(job.primary.clone(), Arc::new(fields));
             key
         };
-        // Header values parsed by hyper are slices of its read buffer: storing them as they are
-        // would pin that whole buffer (often as large as the body) for the entry's life.
-        // Measured before this copy: 215 MiB resident for 99 MiB of 64 KiB objects.
-        let mut headers = HeaderMap::with_capacity(job.headers.len());
-        for (name, value) in &job.headers {
-            if let Ok(v) = HeaderValue::from_bytes(value.as_bytes()) {
-                headers.append(name.clone(), v);
-            }
-        }
+        let mut headers = owned_headers(&job.headers);
         headers.remove(header::AGE);
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         let auth_ok = http_cache::usable_with_authorization(&headers);
@@ -876,5 +881,33 @@ impl Proxy {
         if let Some(leader) = job.leader {
             leader.complete(obj);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_headers_do_not_share_the_parse_buffer() {
+        let buffer = Bytes::from(vec![b'x'; 65_536]);
+        let mut parsed = HeaderMap::new();
+        let shared = HeaderValue::from_maybe_shared(buffer.slice(0..10)).unwrap();
+        assert_eq!(
+            shared.as_bytes().as_ptr(),
+            buffer.as_ptr(),
+            "a slice of the buffer"
+        );
+        parsed.append(header::ETAG, shared);
+        parsed.append(header::VARY, HeaderValue::from_static("accept"));
+        parsed.append(header::VARY, HeaderValue::from_static("cookie"));
+        let owned = owned_headers(&parsed);
+        assert_eq!(owned, parsed);
+        let copy = owned.get(header::ETAG).unwrap().as_bytes();
+        let inside = buffer.as_ptr_range().contains(&copy.as_ptr());
+        assert!(
+            !inside,
+            "the stored value must not point into the read buffer"
+        );
     }
 }
