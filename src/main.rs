@@ -525,6 +525,29 @@ async fn shutdown_signal() {
     }
 }
 
+/// Prints the table on stdout and writes the JSON to `json` (a file, or stdout instead of the
+/// table with `-`).
+fn print_report(
+    table: &str,
+    report: &impl serde::Serialize,
+    json: Option<&Path>,
+) -> anyhow::Result<()> {
+    let to_stdout = json == Some(Path::new("-"));
+    if !to_stdout {
+        print!("{table}");
+    }
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(report)?;
+        if to_stdout {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -624,19 +647,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let (_, open) = open_trace(args.trace.as_deref(), args.input.format()?);
     let reader = open()?;
     let report = runtime()?.block_on(secondhit::replay::run(reader, &options, &Bar::new()))?;
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    if !json_to_stdout {
-        print!("{}", report.to_text());
-    }
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        if json_to_stdout {
-            println!("{text}");
-        } else {
-            std::fs::write(path, text + "\n")
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
-    }
+    print_report(&report.to_text(), &report, args.json.as_deref())?;
     Ok(())
 }
 
@@ -660,26 +671,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         threads: args.threads,
         limit: args.limit,
     };
-    let (name, open): (
-        String,
-        Box<dyn Fn() -> Result<trace::Reader, trace::TraceError>>,
-    ) = match &args.trace {
-        Some(path) => {
-            let (path, format) = (path.clone(), format.clone());
-            (
-                path.display().to_string(),
-                Box::new(move || trace::open(&path, format.as_ref())),
-            )
-        }
-        None => {
-            let format = format.clone();
-            let (name, data) = trace::BUNDLED;
-            (
-                format!("{name} (bundled)"),
-                Box::new(move || trace::open_static(name, data, format.as_ref())),
-            )
-        }
-    };
+    let (name, open) = open_trace(args.trace.as_deref(), format.clone());
     let format_name = match (&format, &args.trace) {
         (Some(f), _) => f.to_string(),
         (None, Some(p)) => Format::detect(p).map_or_else(|| "?".into(), |f| f.to_string()),
@@ -687,19 +679,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     };
     let report = sim::run(&name, &format_name, &*open, &options, &Bar::new())?;
 
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    if !json_to_stdout {
-        print!("{}", report.to_text());
-    }
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        if json_to_stdout {
-            println!("{text}");
-        } else {
-            std::fs::write(path, text + "\n")
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
-    }
+    print_report(&report.to_text(), &report, args.json.as_deref())?;
     if let Some(path) = &args.csv {
         std::fs::write(path, report.to_csv())
             .with_context(|| format!("cannot write {}", path.display()))?;

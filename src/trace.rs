@@ -334,32 +334,47 @@ pub(crate) fn read_record(
     }
 }
 
-/// Reads text lines into `line` (without the line end); `Ok(false)` at the end. Invalid UTF-8
-/// is a parse error naming the line.
-pub(crate) fn read_line(
-    src: &mut dyn BufRead,
-    buf: &mut Vec<u8>,
-    path: &Path,
-    line_no: u64,
-) -> Result<bool, TraceError> {
-    buf.clear();
-    match src.read_until(b'\n', buf) {
-        Ok(0) => Ok(false),
-        Ok(_) => {
-            while matches!(buf.last(), Some(b'\n' | b'\r')) {
-                buf.pop();
-            }
-            Ok(true)
+/// The numbered text lines of a trace, without line ends, checked to be UTF-8: what every
+/// text reader reads.
+pub(crate) struct Lines {
+    src: Box<dyn BufRead + Send>,
+    path: PathBuf,
+    number: u64,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    pub(crate) fn new(src: Box<dyn BufRead + Send>, path: PathBuf) -> Self {
+        Lines {
+            src,
+            path,
+            number: 0,
+            buf: Vec::with_capacity(256),
         }
-        Err(e) => Err(TraceError::io(path, e)),
     }
-    .and_then(|more| {
-        if more && std::str::from_utf8(buf).is_err() {
-            Err(TraceError::parse(path, line_no, "not UTF-8 text"))
-        } else {
-            Ok(more)
+
+    /// The next line with the file's path and the line's 1-based number; `None` at the end.
+    /// A read error or invalid UTF-8 is an error naming the line.
+    pub(crate) fn next_line(&mut self) -> Option<Result<(&str, &Path, u64), TraceError>> {
+        self.number += 1;
+        self.buf.clear();
+        match self.src.read_until(b'\n', &mut self.buf) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) => return Some(Err(TraceError::io(&self.path, e))),
         }
-    })
+        while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
+            self.buf.pop();
+        }
+        match std::str::from_utf8(&self.buf) {
+            Ok(text) => Some(Ok((text, &self.path, self.number))),
+            Err(_) => Some(Err(TraceError::parse(
+                &self.path,
+                self.number,
+                "not UTF-8 text",
+            ))),
+        }
+    }
 }
 
 /// Parses a field as an unsigned integer, naming it in the error.

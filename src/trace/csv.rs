@@ -2,10 +2,10 @@
 //! size. Without a time column the request's index is the time; without a size column every
 //! size is 1. The key is the column's text.
 
-use super::{read_line, Request, TraceError};
+use super::{Lines, Request, TraceError};
 use crate::hash::KeyHash;
 use std::io::BufRead;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -76,77 +76,75 @@ impl FromStr for CsvSpec {
 }
 
 pub(crate) struct Reader {
-    src: Box<dyn BufRead + Send>,
-    path: PathBuf,
+    lines: Lines,
     spec: CsvSpec,
-    line: u64,
     index: u64,
-    buf: Vec<u8>,
 }
 
 impl Reader {
     pub(crate) fn new(src: Box<dyn BufRead + Send>, path: PathBuf, spec: CsvSpec) -> Self {
         Reader {
-            src,
-            path,
+            lines: Lines::new(src, path),
             spec,
-            line: 0,
             index: 0,
-            buf: Vec::with_capacity(256),
         }
     }
+}
 
-    fn parse(&self, fields: &[&str]) -> Result<Request, TraceError> {
-        let (path, line) = (&self.path, self.line);
-        let hint = if line == 1 && !self.spec.header {
-            " (if the first line is a header, pass --csv-header)"
-        } else {
-            ""
-        };
-        let get = |name: &str, col: usize| {
-            fields.get(col - 1).copied().ok_or_else(|| {
-                TraceError::parse(
-                    path,
-                    line,
-                    format!(
-                        "field {name}: no column {col} (the line has {})",
-                        fields.len()
-                    ),
-                )
-            })
-        };
-        let time = match self.spec.time {
-            None => Duration::from_secs(self.index),
-            Some(col) => {
-                let v = get("time", col)?.trim();
-                let secs: f64 = v.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0).ok_or_else(|| {
+/// One record: `index` is the request's position (its time when there is no time column).
+fn parse(
+    spec: &CsvSpec,
+    index: u64,
+    path: &Path,
+    line: u64,
+    fields: &[&str],
+) -> Result<Request, TraceError> {
+    let hint = if line == 1 && !spec.header {
+        " (if the first line is a header, pass --csv-header)"
+    } else {
+        ""
+    };
+    let get = |name: &str, col: usize| {
+        fields.get(col - 1).copied().ok_or_else(|| {
+            TraceError::parse(
+                path,
+                line,
+                format!(
+                    "field {name}: no column {col} (the line has {})",
+                    fields.len()
+                ),
+            )
+        })
+    };
+    let time = match spec.time {
+        None => Duration::from_secs(index),
+        Some(col) => {
+            let v = get("time", col)?.trim();
+            let secs: f64 = v.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0).ok_or_else(|| {
                     TraceError::parse(
                         path,
                         line,
                         format!("field time (column {col}): {v:?} is not a non-negative number of seconds{hint}"),
                     )
                 })?;
-                Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
-            }
-        };
-        let key = KeyHash::of(get("key", self.spec.key)?.trim().as_bytes());
-        let size = match self.spec.size {
-            None => 1,
-            Some(col) => {
-                let v = get("size", col)?.trim();
-                v.parse::<u64>().map_err(|_| {
-                    TraceError::parse(
-                        path,
-                        line,
-                        format!(
-                            "field size (column {col}): {v:?} is not a non-negative integer{hint}"
-                        ),
-                    )
-                })?
-            }
-        };
-        Ok(Request { time, key, size })
-    }
+            Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+        }
+    };
+    let key = KeyHash::of(get("key", spec.key)?.trim().as_bytes());
+    let size = match spec.size {
+        None => 1,
+        Some(col) => {
+            let v = get("size", col)?.trim();
+            v.parse::<u64>().map_err(|_| {
+                TraceError::parse(
+                    path,
+                    line,
+                    format!("field size (column {col}): {v:?} is not a non-negative integer{hint}"),
+                )
+            })?
+        }
+    };
+    Ok(Request { time, key, size })
 }
 
 impl Iterator for Reader {
@@ -154,20 +152,15 @@ impl Iterator for Reader {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            self.line += 1;
-            match read_line(&mut self.src, &mut self.buf, &self.path, self.line) {
-                Ok(true) => {}
-                Ok(false) => return None,
+            let (text, path, line) = match self.lines.next_line()? {
+                Ok(l) => l,
                 Err(e) => return Some(Err(e)),
-            }
-            if (self.line == 1 && self.spec.header) || self.buf.iter().all(u8::is_ascii_whitespace)
-            {
+            };
+            if (line == 1 && self.spec.header) || text.trim().is_empty() {
                 continue;
             }
-            let text = std::str::from_utf8(&self.buf).unwrap_or_default();
-            let delimiter = char::from(self.spec.delimiter);
-            let fields: Vec<&str> = text.split(delimiter).collect();
-            let parsed = self.parse(&fields);
+            let fields: Vec<&str> = text.split(char::from(self.spec.delimiter)).collect();
+            let parsed = parse(&self.spec, self.index, path, line, &fields);
             self.index += 1;
             return Some(parsed);
         }

@@ -3,27 +3,21 @@
 //! (photo id, format, tier), as in Caffeine's reader; the size is column 5; rows of size 0 are
 //! skipped (as libCacheSim does by default). Columns 6 to 8 are not used.
 
-use super::{field_u64, read_line, Request, TraceError};
+use super::{field_u64, Lines, Request, TraceError};
 use crate::hash::KeyHash;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub(crate) struct Reader {
-    src: Box<dyn BufRead + Send>,
-    path: PathBuf,
-    line: u64,
-    buf: Vec<u8>,
+    lines: Lines,
     key: Vec<u8>,
 }
 
 impl Reader {
     pub(crate) fn new(src: Box<dyn BufRead + Send>, path: PathBuf) -> Self {
         Reader {
-            src,
-            path,
-            line: 0,
-            buf: Vec::with_capacity(128),
+            lines: Lines::new(src, path),
             key: Vec::with_capacity(64),
         }
     }
@@ -66,18 +60,14 @@ impl Iterator for Reader {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            self.line += 1;
-            match read_line(&mut self.src, &mut self.buf, &self.path, self.line) {
-                Ok(true) => {}
-                Ok(false) => return None,
+            let (text, path, line) = match self.lines.next_line()? {
+                Ok(l) => l,
                 Err(e) => return Some(Err(e)),
-            }
-            let text = std::str::from_utf8(&self.buf).unwrap_or_default();
+            };
             let mut f = text.split_ascii_whitespace();
             let Some(stamp) = f.next() else {
                 continue;
             };
-            let (path, line) = (&self.path, self.line);
             let Some(time) = parse_stamp(stamp) else {
                 return Some(Err(TraceError::parse(
                     path,

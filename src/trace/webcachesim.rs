@@ -1,26 +1,20 @@
 //! webcachesim / AdaptSize text traces: `time id size` per line, space separated. The key is
 //! (id, size): the same id with a new size is a new object, as in webcachesim and Caffeine.
 
-use super::{field_u64, read_line, Request, TraceError};
+use super::{field_u64, Lines, Request, TraceError};
 use crate::hash::KeyHash;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub(crate) struct Reader {
-    src: Box<dyn BufRead + Send>,
-    path: PathBuf,
-    line: u64,
-    buf: Vec<u8>,
+    lines: Lines,
 }
 
 impl Reader {
     pub(crate) fn new(src: Box<dyn BufRead + Send>, path: PathBuf) -> Self {
         Reader {
-            src,
-            path,
-            line: 0,
-            buf: Vec::with_capacity(128),
+            lines: Lines::new(src, path),
         }
     }
 }
@@ -38,19 +32,14 @@ impl Iterator for Reader {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            self.line += 1;
-            match read_line(&mut self.src, &mut self.buf, &self.path, self.line) {
-                Ok(true) => {}
-                Ok(false) => return None,
+            let (text, path, line) = match self.lines.next_line()? {
+                Ok(l) => l,
                 Err(e) => return Some(Err(e)),
-            }
-            // read_line checked UTF-8.
-            let text = std::str::from_utf8(&self.buf).unwrap_or_default();
+            };
             let mut fields = text.split_ascii_whitespace();
             let Some(first) = fields.next() else {
                 continue; // blank line
             };
-            let (path, line) = (&self.path, self.line);
             let parsed = (|| {
                 let time = field_u64(path, line, "time", Some(first))?;
                 let id = field_u64(path, line, "id", fields.next())?;
