@@ -24,25 +24,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Size a Bloom filter generation (bits, hashes, memory) and optionally measure it.
-    ///
-    /// Example: secondhit bloom --items 100000000 --fpr 0.01 --measure
-    Bloom(BloomArgs),
-    /// Summarise a trace: requests, objects, one-hit wonders, working set, popularity skew.
-    ///
-    /// Example: secondhit trace-stats traces/request.trace.xz
-    TraceStats(TraceStatsArgs),
     /// The whole mission in one command: origin + proxy on loopback, the bundled trace replayed
     /// through them per policy, live figures beside simulate's prediction.
     Demo(DemoArgs),
-    /// A synthetic origin: GET /<key>?size=N returns N verifiable bytes; counters at /_stats.
-    ///
-    /// Example: secondhit origin --listen 127.0.0.1:8081 --latency 5ms
-    Origin(OriginArgs),
-    /// Replay a trace as HTTP load against any cache; hit ratio, offload, latency, errors.
-    ///
-    /// Example: secondhit replay --target http://127.0.0.1:8080 --origin-stats http://127.0.0.1:8081/_stats
-    Replay(ReplayArgs),
     /// Run the caching reverse proxy in front of configured origins.
     ///
     /// Example: secondhit serve --origin http://127.0.0.1:8081 --listen 127.0.0.1:8080
@@ -53,10 +37,26 @@ enum Command {
     /// With no options: the bundled web trace, admit-all vs second-hit vs second-hit-exact, LRU,
     /// at 1 %, 5 % and 10 % of the working set.
     Simulate(SimulateArgs),
+    /// Replay a trace as HTTP load against any cache; hit ratio, offload, latency, errors.
+    ///
+    /// Example: secondhit replay --target http://127.0.0.1:8080 --origin-stats http://127.0.0.1:8081/_stats
+    Replay(ReplayArgs),
+    /// A synthetic origin: GET /<key>?size=N returns N verifiable bytes; counters at /_stats.
+    ///
+    /// Example: secondhit origin --listen 127.0.0.1:8081 --latency 5ms
+    Origin(OriginArgs),
+    /// Summarise a trace: requests, objects, one-hit wonders, working set, popularity skew.
+    ///
+    /// Example: secondhit trace-stats traces/request.trace.xz
+    TraceStats(TraceStatsArgs),
     /// Write a seeded synthetic trace (Zipf popularity, one-time objects, sized objects).
     ///
     /// Example: secondhit gen-trace --out /tmp/zipf.tr --requests 10000000
     GenTrace(GenTraceArgs),
+    /// Size a Bloom filter generation (bits, hashes, memory) and optionally measure it.
+    ///
+    /// Example: secondhit bloom --items 100000000 --fpr 0.01 --measure
+    Bloom(BloomArgs),
 }
 
 /// Where a trace comes from and how to read it.
