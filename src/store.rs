@@ -171,7 +171,8 @@ impl SimStore for ExactLru {
 
 /// moka configured by [`moka_builder`], with a fixed hasher and maintenance run to a fixed point
 /// after every write and every 32 reads, so that every run gives the same numbers and its LRU is
-/// exact. About 1 million requests a second: the price of exact maintenance.
+/// exact. 0.5 to 1.3 million requests a second (README, `scripts/bench-simulate.sh`): the price
+/// of exact maintenance.
 pub struct MokaStore {
     cache: Cache<u128, u64, BuildFold>,
     capacity: u64,
