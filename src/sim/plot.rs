@@ -22,6 +22,32 @@ type Point = (f64, f64, f64);
 /// Picks the y value of a panel from a point.
 type Pick = fn(&Point) -> f64;
 
+/// A log-axis tick (plotters puts them at powers of ten): `1 MB`, `10 kB`, or a plain count
+/// of objects for traces without sizes.
+fn axis_label(x: f64, objects: bool) -> String {
+    let units: [(f64, &str); 4] = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")];
+    for (scale, unit) in units {
+        if x >= scale {
+            let v = x / scale;
+            let v = if v.fract().abs() < 1e-9 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            };
+            return if objects {
+                format!("{v}{}", &unit[..1])
+            } else {
+                format!("{v} {unit}")
+            };
+        }
+    }
+    if objects {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.0} B")
+    }
+}
+
 /// Draws the report into an SVG file: two panels side by side (hit ratio, byte hit ratio), cache
 /// size on a log axis.
 pub fn plot_svg(report: &Report, path: &Path) -> Result<(), String> {
@@ -75,7 +101,8 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), String> {
         .map_err(|e| fail(&e))?;
     let panels = root.split_evenly((1, 2));
     let specs: [(&str, Pick); 2] = [("hit ratio (%)", |p| p.1), ("byte hit ratio (%)", |p| p.2)];
-    let size_axis = if report.summary.working_set_bytes == report.summary.objects {
+    let sizeless = report.summary.requested_bytes == report.summary.requests;
+    let size_axis = if sizeless {
         "cache size (objects)"
     } else {
         "cache size (bytes)"
@@ -91,7 +118,7 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), String> {
             .configure_mesh()
             .x_desc(size_axis)
             .y_desc(label)
-            .x_label_formatter(&|x| units::bytes(*x as u64).replace(".0 ", " "))
+            .x_label_formatter(&|x| axis_label(*x, sizeless))
             .draw()
             .map_err(|e| fail(&e))?;
         for (i, (name, pts)) in series.iter().enumerate() {
@@ -123,4 +150,19 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), String> {
     }
     root.present().map_err(|e| fail(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::axis_label;
+
+    #[test]
+    fn axis_labels_read_as_decimal_sizes() {
+        assert_eq!(axis_label(1e6, false), "1 MB");
+        assert_eq!(axis_label(10e6, false), "10 MB");
+        assert_eq!(axis_label(2.5e9, false), "2.5 GB");
+        assert_eq!(axis_label(100.0, false), "100 B");
+        assert_eq!(axis_label(1e4, true), "10k");
+        assert_eq!(axis_label(500.0, true), "500");
+    }
 }
