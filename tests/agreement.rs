@@ -144,3 +144,33 @@ async fn injected_faults_are_counted_as_errors_never_as_good_bytes() {
     assert!(r.errors_by_kind.get("status-503").is_some_and(|&n| n > 50));
     origin.shutdown().await;
 }
+
+#[tokio::test]
+async fn pacing_by_rate_and_by_trace_time_holds_requests_back() {
+    let origin = origin_server::start(OriginOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..OriginOptions::default()
+    })
+    .await
+    .unwrap();
+    let target: http::Uri = format!("http://{}", origin.addr).parse().unwrap();
+    // 201 requests of the web trace, whose time is its line number (1 s apart): at 1,000
+    // requests/s, or at the trace's pace sped up 1,000 times, the last one starts 200 ms in.
+    for (rate, speed) in [(Some(1000.0), None), (None, Some(1000.0))] {
+        let mut o = ReplayOptions::new(target.clone());
+        o.concurrency = 8;
+        o.limit = Some(201);
+        o.rate = rate;
+        o.speed = speed;
+        let started = std::time::Instant::now();
+        let reader = trace::open(&bundled("request.trace.xz"), None).unwrap();
+        let r = replay::run(reader, &o, &Quiet).await.unwrap();
+        assert_eq!((r.requests, r.errors), (201, 0));
+        // A lower bound only: pacing may be late under load, never early.
+        assert!(
+            started.elapsed() >= std::time::Duration::from_millis(200),
+            "{rate:?} {speed:?}"
+        );
+    }
+    origin.shutdown().await;
+}
