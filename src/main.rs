@@ -363,16 +363,15 @@ fn bloom(args: BloomArgs) -> anyhow::Result<()> {
     let mut plan =
         Plan::new(args.items, args.fpr, args.layout).context("cannot size the filter")?;
     if args.measure {
-        let total = 2 * args.items;
-        let show = std::io::stderr().is_terminal();
+        use sim::Progress;
+        let bar = Bar::new();
+        bar.begin("measuring", Some(2 * args.items));
+        let mut reported = 0;
         plan.measure(|done| {
-            if show {
-                eprint!("\rmeasuring: {:>5.1} %", done as f64 * 100.0 / total as f64);
-                if done == total {
-                    eprintln!();
-                }
-            }
+            bar.advance(done - reported);
+            reported = done;
         });
+        bar.end();
     }
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -416,11 +415,11 @@ impl sim::Progress for Bar {
             Some(n) => {
                 self.0.set_length(n);
                 indicatif::ProgressStyle::with_template(
-                    "{msg:>12} [{bar:30}] {human_pos}/{human_len} requests ({elapsed}, {eta} left)",
+                    "{msg:>12} [{bar:30}] {human_pos}/{human_len} ({elapsed}, {eta} left)",
                 )
             }
             None => indicatif::ProgressStyle::with_template(
-                "{msg:>12} {spinner} {human_pos} requests ({elapsed})",
+                "{msg:>12} {spinner} {human_pos} ({elapsed})",
             ),
         };
         if let Ok(style) = style {
