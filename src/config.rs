@@ -218,9 +218,12 @@ impl AdmissionConfig {
             fpr: self.fpr,
             layout,
         };
-        settings
-            .build(policy)
-            .map_err(|e| invalid("admission", e.to_string()))?;
+        // Check the filter's parameters without allocating it (exact policies have none).
+        if policy.is_approximate() {
+            settings
+                .filter_params()
+                .map_err(|e| invalid("admission", format!("filter settings: {e}")))?;
+        }
         Ok((policy, settings))
     }
 }

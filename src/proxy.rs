@@ -341,8 +341,10 @@ impl Proxy {
         client: IpAddr,
     ) -> Response<ProxyBody> {
         let start = Instant::now();
-        let method = req.method().clone();
-        let target = req.uri().to_string();
+        // Only an access log needs these: no allocation on the request path otherwise.
+        let request_line = self
+            .access_log
+            .then(|| (req.method().clone(), req.uri().to_string()));
         let Answer {
             mut response,
             outcome,
@@ -356,7 +358,7 @@ impl Proxy {
         h.append(header::VIA, HeaderValue::from_static("1.1 secondhit"));
         let bytes = content_length(response.headers()).unwrap_or(0);
         self.metrics.response(outcome, bytes, start.elapsed());
-        if self.access_log {
+        if let Some((method, target)) = request_line {
             tracing::info!(
                 target: "secondhit::access",
                 client = %client,
