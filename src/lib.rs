@@ -5,8 +5,10 @@
 //! and evicts something useful. A time-rotating pair of Bloom filters remembers "seen once" in
 //! about ten bits a key, so a miss is stored only when the key was seen before.
 //!
-//! This crate is also a library: the Bloom filter and the admission policies are a public API
-//! that another proxy can embed (see `examples/moka_second_hit.rs`).
+//! The admission filter and policies are their own small crate, `secondhit-admission`
+//! (`crates/secondhit-admission`, dependencies: arc-swap and xxhash only), which any proxy can
+//! embed; this crate re-exports it as [`admission`], [`bloom`], [`clock`] and [`hash`] and builds
+//! the proxy and the trace lab on it (see `examples/moka_second_hit.rs`).
 //!
 //! ```
 //! use secondhit::admission::{Admission, Decision, Policy, Settings};
@@ -22,13 +24,15 @@
 //!
 //! ## Layout
 //!
-//! The core (what another proxy embeds):
+//! The core, re-exported from `secondhit-admission` (what another proxy embeds):
 //! - [`hash`]: one fixed-seed 128-bit hash per key ([`KeyHash`]), shared by every filter.
 //! - [`bloom`]: the concurrent Bloom filter (standard and cache-line-blocked layouts, sizing) and
 //!   its counting variant.
 //! - [`admission`]: the [`Admission`](admission::Admission) trait and its policies: admit-all,
 //!   second-hit (rotating Bloom pair), second-hit-exact, nth-hit:N, nth-hit-exact:N.
-//! - [`clock`]: injected time: system clock for the server, manual clock for traces and tests.
+//! - [`clock`]: injected time: system clock for the server, manual clock for tests.
+//!
+//! The store:
 //! - [`store`]: the cache stores: moka (configured once for proxy and simulator) and an exact
 //!   byte-capacity LRU.
 //!
@@ -59,12 +63,9 @@
 
 #![warn(missing_docs)]
 
-pub mod admission;
-pub mod bloom;
-pub mod clock;
+pub use secondhit_admission::{admission, bloom, clock, hash};
 pub mod config;
 pub mod demo;
-pub mod hash;
 pub mod http_cache;
 pub mod metrics;
 pub mod origin;

@@ -3,9 +3,9 @@
 //!
 //! `cargo bench --bench admission` prints two tables. Every loop is bounded by a fixed count.
 
-use secondhit::admission::{Admission, Policy, Settings};
-use secondhit::bloom::Layout;
-use secondhit::KeyHash;
+use secondhit_admission::admission::{Admission, Policy, Settings};
+use secondhit_admission::bloom::Layout;
+use secondhit_admission::KeyHash;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 

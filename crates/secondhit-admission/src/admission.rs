@@ -16,8 +16,8 @@
 //!
 //! # Example
 //! ```
-//! use secondhit::admission::{Admission, Decision, Policy, Settings};
-//! use secondhit::KeyHash;
+//! use secondhit_admission::admission::{Admission, Decision, Policy, Settings};
+//! use secondhit_admission::KeyHash;
 //! use std::time::Duration;
 //!
 //! let policy = Settings::default().build(Policy::SecondHit)?;
@@ -26,7 +26,7 @@
 //! assert_eq!(policy.on_miss(key, t), Decision::Defer); // one-hit wonder so far: don't store
 //! assert_eq!(policy.on_miss(key, t), Decision::Admit); // second request: store it
 //! assert_eq!(policy.stats().admitted, 1);
-//! # Ok::<(), secondhit::admission::PolicyError>(())
+//! # Ok::<(), secondhit_admission::admission::PolicyError>(())
 //! ```
 
 mod counter;
@@ -39,14 +39,14 @@ pub use rotating::{Generation, Kind, Rotating, Window};
 
 use crate::bloom::{Bloom, Counting, Layout, ParamError, Params, MAX_COUNT};
 use crate::hash::KeyHash;
-use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 /// What to do with a missed object once it is fetched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum Decision {
     /// Store it.
     Admit,
@@ -89,7 +89,8 @@ pub trait Admission: Send + Sync + fmt::Debug {
 }
 
 /// What every policy counts. Counters are cumulative since the policy was built.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Stats {
     /// Misses that were admitted.
     pub admitted: u64,
@@ -102,7 +103,8 @@ pub struct Stats {
 }
 
 /// The state of a rotating pair of generations.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FilterStats {
     /// Distinct keys recorded in `current` since the last rotation (for a filter, keys that set
     /// at least one new position).
@@ -119,13 +121,11 @@ pub struct FilterStats {
 }
 
 /// Why a policy could not be built or parsed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum PolicyError {
     /// A policy name that is not one of the known ones.
-    #[error("unknown admission policy {0:?}: expected admit-all, second-hit, second-hit-exact, nth-hit:N or nth-hit-exact:N")]
     Unknown(String),
     /// `nth-hit:N` with N outside 2..=16.
-    #[error("{policy}: N must be a whole number from 2 to {} (use admit-all for N = 1), got {value:?}", MAX_COUNT + 1)]
     BadN {
         /// The policy as written.
         policy: String,
@@ -133,8 +133,39 @@ pub enum PolicyError {
         value: String,
     },
     /// The filter's parameters were refused.
-    #[error("filter settings: {0}")]
-    Filter(#[from] ParamError),
+    Filter(ParamError),
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyError::Unknown(name) => write!(
+                f,
+                "unknown admission policy {name:?}: expected admit-all, second-hit, second-hit-exact, nth-hit:N or nth-hit-exact:N"
+            ),
+            PolicyError::BadN { policy, value } => write!(
+                f,
+                "{policy}: N must be a whole number from 2 to {} (use admit-all for N = 1), got {value:?}",
+                MAX_COUNT + 1
+            ),
+            PolicyError::Filter(e) => write!(f, "filter settings: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PolicyError::Filter(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ParamError> for PolicyError {
+    fn from(e: ParamError) -> Self {
+        PolicyError::Filter(e)
+    }
 }
 
 /// A policy by name, as on the command line (`admit-all`, `second-hit`, `second-hit-exact`,
@@ -213,7 +244,8 @@ impl FromStr for Policy {
 
 /// The settings every windowed policy shares; `serve` and `simulate` use the same defaults, so
 /// that a prediction and a live run with no options describe the same cache.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Settings {
     /// How long a generation takes inserts before it rotates; `None` never rotates on time.
     pub window: Option<Duration>,

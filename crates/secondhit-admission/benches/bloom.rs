@@ -8,8 +8,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use foldhash::fast::FixedState;
-use secondhit::bloom::{Bloom, Layout, Params};
-use secondhit::KeyHash;
+use secondhit_admission::bloom::{Bloom, Layout, Params};
+use secondhit_admission::KeyHash;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -4,9 +4,9 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
-use secondhit::admission::{Decision, Policy, Settings};
-use secondhit::bloom::{Bloom, Layout, Params};
-use secondhit::KeyHash;
+use secondhit_admission::admission::{Decision, Policy, Settings};
+use secondhit_admission::bloom::{Bloom, Layout, Params};
+use secondhit_admission::KeyHash;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

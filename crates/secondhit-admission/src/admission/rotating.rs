@@ -127,9 +127,9 @@ struct Pair<G> {
 ///
 /// # Example
 /// ```
-/// use secondhit::admission::{Admission, Decision, Rotating, Window};
-/// use secondhit::bloom::{Bloom, Layout, Params};
-/// use secondhit::KeyHash;
+/// use secondhit_admission::admission::{Admission, Decision, Rotating, Window};
+/// use secondhit_admission::bloom::{Bloom, Layout, Params};
+/// use secondhit_admission::KeyHash;
 /// use std::time::Duration;
 ///
 /// let p = Params::for_rate(10_000, 0.01, Layout::Blocked)?;
@@ -142,7 +142,7 @@ struct Pair<G> {
 /// // Not seen for two windows: forgotten, so deferred again.
 /// assert_eq!(policy.on_miss(key, s(300)), Decision::Defer);
 /// assert_eq!(policy.stats().rotations, 1);
-/// # Ok::<(), secondhit::bloom::ParamError>(())
+/// # Ok::<(), secondhit_admission::bloom::ParamError>(())
 /// ```
 pub struct Rotating<G> {
     pair: ArcSwap<Pair<G>>,

@@ -1,5 +1,6 @@
-//! Time, injected: the server reads the system's monotonic clock, the simulator the trace's
-//! timestamps, tests move a [`ManualClock`] by hand.
+//! Time, injected: the server reads the system's monotonic clock, tests move a [`ManualClock`] by
+//! hand, and the simulator needs no clock at all (it passes each request's trace timestamp as
+//! `now`).
 //!
 //! Decisions never read a clock themselves: callers read one and pass `now` (a [`Duration`] since
 //! the clock's own epoch) into pure functions such as
@@ -43,13 +44,13 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to: for tests, and for the simulator, which sets it to each
-/// request's trace timestamp. Nanosecond resolution; saturates at `u64::MAX` nanoseconds
+/// A clock that moves only when told to: for tests, and for a live proxy whose freshness and
+/// admission windows a test drives by hand. Nanosecond resolution; saturates at `u64::MAX` nanoseconds
 /// (about 584 years).
 ///
 /// # Example
 /// ```
-/// use secondhit::clock::{Clock, ManualClock};
+/// use secondhit_admission::clock::{Clock, ManualClock};
 /// use std::time::Duration;
 /// let clock = ManualClock::new(Duration::from_secs(10));
 /// clock.advance(Duration::from_secs(5));

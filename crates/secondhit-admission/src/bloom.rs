@@ -21,7 +21,6 @@ mod counting;
 pub use counting::{Counting, MAX_COUNT};
 
 use crate::hash::KeyHash;
-use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -36,8 +35,9 @@ pub const MAX_BITS: u64 = 1 << 40;
 pub const MAX_HASHES: u32 = 32;
 
 /// Where a key's `k` bits go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Layout {
     /// Anywhere in the array: the textbook filter, fewest bits for a given rate, but up to `k`
     /// cache misses per operation on a filter larger than the CPU's cache.
@@ -76,43 +76,66 @@ impl FromStr for Layout {
 }
 
 /// Why a filter's parameters were refused.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ParamError {
     /// `items` was 0.
-    #[error("expected items must be at least 1 (got 0)")]
     NoItems,
     /// The false-positive rate is not strictly between 0 and 1.
-    #[error("false-positive rate must be strictly between 0 and 1, e.g. 0.01 (got {0})")]
     Fpr(f64),
     /// Zero bits.
-    #[error("a filter needs at least 1 bit (got 0)")]
     NoBits,
     /// `k` outside `1..=MAX_HASHES`.
-    #[error("hashes must be between 1 and {MAX_HASHES} (got {0})")]
     Hashes(u32),
     /// More bits than [`MAX_BITS`].
-    #[error("{bits} bits ({} GiB) is more than the {} GiB this crate builds; raise the false-positive rate or lower the items", bits / 8 / (1 << 30), MAX_BITS / 8 / (1 << 30))]
     TooLarge {
         /// The bits asked for.
         bits: u64,
     },
     /// A layout name other than `standard` or `blocked`.
-    #[error("unknown filter layout {0:?}: expected \"standard\" or \"blocked\"")]
     UnknownLayout(String),
 }
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamError::NoItems => f.write_str("expected items must be at least 1 (got 0)"),
+            ParamError::Fpr(p) => write!(
+                f,
+                "false-positive rate must be strictly between 0 and 1, e.g. 0.01 (got {p})"
+            ),
+            ParamError::NoBits => f.write_str("a filter needs at least 1 bit (got 0)"),
+            ParamError::Hashes(k) => {
+                write!(f, "hashes must be between 1 and {MAX_HASHES} (got {k})")
+            }
+            ParamError::TooLarge { bits } => write!(
+                f,
+                "{bits} bits ({} GiB) is more than the {} GiB this crate builds; raise the false-positive rate or lower the items",
+                bits / 8 / (1 << 30),
+                MAX_BITS / 8 / (1 << 30)
+            ),
+            ParamError::UnknownLayout(name) => write!(
+                f,
+                "unknown filter layout {name:?}: expected \"standard\" or \"blocked\""
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ParamError {}
 
 /// A filter's shape: bits, hashes and layout. Cheap to copy; decides memory and accuracy.
 ///
 /// # Example
 /// ```
-/// use secondhit::bloom::{Layout, Params};
+/// use secondhit_admission::bloom::{Layout, Params};
 /// // 100 million keys at 1 %: about 9.6 bits a key, 7 hashes, about 114 MiB.
 /// let p = Params::for_rate(100_000_000, 0.01, Layout::Standard).unwrap();
 /// assert_eq!(p.hashes, 7);
 /// assert!((p.bits_per_item(100_000_000) - 9.585).abs() < 0.001);
 /// assert_eq!(p.memory_bytes() / (1 << 20), 114);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Params {
     /// `m`: the number of bit positions (for the blocked layout, a multiple of [`BLOCK_BITS`]).
     pub bits: u64,
@@ -324,15 +347,15 @@ pub(crate) fn word(blocks: &[Block], index: u64) -> &AtomicU64 {
 ///
 /// # Example
 /// ```
-/// use secondhit::bloom::{Bloom, Layout, Params};
-/// use secondhit::KeyHash;
+/// use secondhit_admission::bloom::{Bloom, Layout, Params};
+/// use secondhit_admission::KeyHash;
 ///
 /// let filter = Bloom::new(Params::for_rate(1_000, 0.01, Layout::Standard)?);
 /// let key = KeyHash::of(b"/video/42.mp4");
 /// assert!(!filter.insert(key)); // first sighting: not seen before
 /// assert!(filter.insert(key)); // second: every bit was already set
 /// assert!(filter.contains(key));
-/// # Ok::<(), secondhit::bloom::ParamError>(())
+/// # Ok::<(), secondhit_admission::bloom::ParamError>(())
 /// ```
 pub struct Bloom {
     blocks: Box<[Block]>,

@@ -25,14 +25,14 @@ const COUNTERS_PER_WORD: u64 = 16;
 ///
 /// # Example
 /// ```
-/// use secondhit::bloom::{Counting, Layout, Params};
-/// use secondhit::KeyHash;
+/// use secondhit_admission::bloom::{Counting, Layout, Params};
+/// use secondhit_admission::KeyHash;
 /// let c = Counting::new(Params::for_rate(1_000, 0.01, Layout::Standard)?);
 /// let k = KeyHash::of(b"/a");
 /// assert_eq!(c.increment(k), 0);
 /// assert_eq!(c.increment(k), 1);
 /// assert_eq!(c.count(k), 2);
-/// # Ok::<(), secondhit::bloom::ParamError>(())
+/// # Ok::<(), secondhit_admission::bloom::ParamError>(())
 /// ```
 pub struct Counting {
     blocks: Box<[Block]>,

@@ -17,7 +17,7 @@ pub const SEED: u64 = 0x5ec0_4d41_7b10_0f17;
 ///
 /// # Example
 /// ```
-/// use secondhit::KeyHash;
+/// use secondhit_admission::KeyHash;
 /// let a = KeyHash::of(b"GET http://example.com/logo.png");
 /// assert_eq!(a, KeyHash::of(b"GET http://example.com/logo.png"));
 /// assert_ne!(a, KeyHash::of_u64(7));
