@@ -62,6 +62,11 @@ fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
 }
 
+fn de_bytes_usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = de_bytes(d)?;
+    usize::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} bytes is too large")))
+}
+
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     units::parse_duration(&s)
@@ -148,6 +153,10 @@ pub struct CacheConfig {
     pub store_set_cookie: bool,
     /// Never cache requests that carry a `Cookie`.
     pub bypass_cookie_requests: bool,
+    /// The request fields a GET or HEAD may pass to the origin; every other field is dropped,
+    /// so no input outside the cache key can shape a stored response (hop-by-hop fields are
+    /// always dropped; `Host`, `Via` and `X-Forwarded-For` are always set by the proxy).
+    pub forwarded_request_headers: Vec<String>,
     /// Weigh entries by body only and run moka's maintenance after every write and every 32
     /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
     /// Slower; for agreement runs (`secondhit demo`), not for production.
@@ -164,8 +173,29 @@ impl Default for CacheConfig {
             statuses: StoreRules::default().statuses,
             store_set_cookie: false,
             bypass_cookie_requests: false,
+            forwarded_request_headers: crate::http_cache::DEFAULT_FORWARDED_REQUEST_HEADERS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             lab_mode: false,
         }
+    }
+}
+
+impl CacheConfig {
+    /// `forwarded_request_headers` as field names.
+    pub fn forwarded_request_headers(&self) -> Result<Vec<http::HeaderName>, ConfigError> {
+        self.forwarded_request_headers
+            .iter()
+            .map(|name| {
+                http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                    invalid(
+                        "cache.forwarded_request_headers",
+                        format!("{name:?} is not a header field name"),
+                    )
+                })
+            })
+            .collect()
     }
 }
 
@@ -279,6 +309,22 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Requests with more header fields than this get 431.
     pub max_headers: usize,
+    /// An origin response whose header block is larger than this is a 502; also the largest
+    /// body chunk read from an origin at once (at least 8 KiB).
+    #[serde(deserialize_with = "de_bytes_usize")]
+    pub max_origin_header_bytes: usize,
+    /// Bytes of a response the client has not yet taken; past it the origin is read no faster
+    /// than the client reads (so a slow reader holds at most this much).
+    #[serde(deserialize_with = "de_bytes_usize")]
+    pub stream_buffer_bytes: usize,
+    /// Bytes of all the response bodies being stored at once; a response that would go past it
+    /// is served but not stored (`secondhit_cache_write_over_budget_total`).
+    #[serde(deserialize_with = "de_bytes")]
+    pub store_buffer_bytes: u64,
+    /// A request body is read this far before the origin is contacted, so that a malformed or
+    /// cut-off body is the client's 400 and never costs an origin connection.
+    #[serde(deserialize_with = "de_bytes_usize")]
+    pub request_body_buffer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -288,6 +334,10 @@ impl Default for Limits {
             max_uri_bytes: 8192,
             max_header_bytes: 32 * 1024,
             max_headers: 100,
+            max_origin_header_bytes: 64 * 1024,
+            stream_buffer_bytes: 256 * 1024,
+            store_buffer_bytes: 256 << 20,
+            request_body_buffer_bytes: 64 * 1024,
         }
     }
 }
@@ -425,6 +475,32 @@ impl Config {
                 format!(
                     "{} is below the 8192 bytes HTTP/1 parsing needs",
                     self.limits.max_header_bytes
+                ),
+            ));
+        }
+        self.cache.forwarded_request_headers()?;
+        let l = &self.limits;
+        if l.max_origin_header_bytes < 8192 {
+            return Err(invalid(
+                "limits.max_origin_header_bytes",
+                format!(
+                    "{} is below the 8192 bytes HTTP/1 parsing needs",
+                    l.max_origin_header_bytes
+                ),
+            ));
+        }
+        if l.stream_buffer_bytes == 0 || l.stream_buffer_bytes > u32::MAX as usize {
+            return Err(invalid(
+                "limits.stream_buffer_bytes",
+                format!("{} must be between 1 byte and 4 GiB", l.stream_buffer_bytes),
+            ));
+        }
+        if l.store_buffer_bytes < c.max_object_size {
+            return Err(invalid(
+                "limits.store_buffer_bytes",
+                format!(
+                    "{} is less than cache.max_object_size ({}): the largest object could never be stored",
+                    l.store_buffer_bytes, c.max_object_size
                 ),
             ));
         }

@@ -75,10 +75,26 @@ pub enum DemoError {
     /// The trace.
     #[error(transparent)]
     Trace(#[from] TraceError),
-    /// A server or the replay.
-    #[error("{0}")]
-    Other(String),
+    /// The synthetic origin could not start.
+    #[error("origin: {0}")]
+    Origin(#[from] crate::origin_server::OriginServerError),
+    /// The proxy could not start.
+    #[error("serve: {0}")]
+    Serve(#[from] crate::server::ServeError),
+    /// The live replay failed.
+    #[error("replay: {0}")]
+    Replay(#[from] crate::replay::ReplayError),
+    /// The simulation failed.
+    #[error("simulate: {0}")]
+    Simulate(#[from] crate::sim::SimError),
+    /// The simulation's thread panicked (a bug: the message says where).
+    #[error("the simulation panicked: {0}")]
+    Panicked(String),
 }
+
+/// Loopback, any free port.
+const LOOPBACK_ANY: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
 /// Runs the demo over the trace `open` opens.
 pub async fn run(
@@ -92,14 +108,11 @@ pub async fn run(
     let capacity =
         ((summary.working_set_bytes as f64 * options.capacity_fraction).floor() as u64).max(1);
     let origin = origin_server::start(OriginOptions {
-        listen: "127.0.0.1:0"
-            .parse()
-            .map_err(|_| DemoError::Other("address".into()))?,
+        listen: LOOPBACK_ANY,
         max_age: 86_400,
         ..OriginOptions::default()
     })
-    .await
-    .map_err(DemoError::Other)?;
+    .await?;
     let settings = Settings {
         window: None,
         ..Settings::default()
@@ -107,12 +120,8 @@ pub async fn run(
     let mut rows = Vec::new();
     for &policy in &options.policies {
         let mut config = Config {
-            listen: "127.0.0.1:0"
-                .parse()
-                .map_err(|_| DemoError::Other("address".into()))?,
-            admin_listen: "127.0.0.1:0"
-                .parse()
-                .map_err(|_| DemoError::Other("address".into()))?,
+            listen: LOOPBACK_ANY,
+            admin_listen: LOOPBACK_ANY,
             origin: Some(format!("http://{}", origin.addr)),
             ..Config::default()
         };
@@ -123,20 +132,15 @@ pub async fn run(
         config.admission.policy = policy.to_string();
         config.admission.window = None;
         config.log.level = "warn".into();
-        let proxy = crate::server::start(config, Arc::new(SystemClock::new()))
-            .await
-            .map_err(|e| DemoError::Other(e.to_string()))?;
-        let target = format!("http://{}", proxy.addr)
-            .parse()
-            .map_err(|_| DemoError::Other("address".into()))?;
+        let proxy = crate::server::start(config, Arc::new(SystemClock::new())).await?;
+        let target = http::Uri::try_from(format!("http://{}", proxy.addr))
+            .map_err(|e| DemoError::Panicked(format!("a loopback URL did not parse: {e}")))?;
         let mut ro = ReplayOptions::new(target);
         ro.concurrency = options.concurrency;
         ro.limit = Some(options.requests);
         ro.origin_stats = format!("http://{}/_stats", origin.addr).parse().ok();
         let reader = open()?;
-        let live = replay::run(reader, &ro, progress)
-            .await
-            .map_err(|e| DemoError::Other(e.to_string()))?;
+        let live = replay::run(reader, &ro, progress).await?;
         let live_writes = proxy.proxy.metrics().stores();
         proxy.shutdown().await;
 
@@ -155,8 +159,7 @@ pub async fn run(
             move || sim::run(&name, "", &move || open2(), &sim_options, &sim::Quiet)
         })
         .await
-        .map_err(|e| DemoError::Other(e.to_string()))?
-        .map_err(|e| DemoError::Other(e.to_string()))?
+        .map_err(|e| DemoError::Panicked(e.to_string()))??
         .results
         .remove(0);
         rows.push(DemoRow {

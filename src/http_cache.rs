@@ -4,64 +4,11 @@
 
 mod range;
 
-pub use range::{parse_range, RangeRequest};
+pub use range::{parse_range, range_answer, RangeAnswer, RangeRequest};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use std::time::{Duration, SystemTime};
-
-/// The outcome of a request, as sent in `X-Cache`, used as a metric label and a log field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// Served from the cache.
-    Hit,
-    /// Fetched from the origin and stored.
-    Miss,
-    /// Fetched from the origin, cacheable, not stored: the admission policy said not yet.
-    Deferred,
-    /// Not cacheable (request or response): forwarded, never stored.
-    Bypass,
-    /// The proxy answered itself: the origin failed (502, 504) or the request was refused.
-    Error,
-}
-
-impl Outcome {
-    /// Every outcome, for metrics.
-    pub const ALL: [Outcome; 5] = [
-        Outcome::Hit,
-        Outcome::Miss,
-        Outcome::Deferred,
-        Outcome::Bypass,
-        Outcome::Error,
-    ];
-
-    /// `HIT`, `MISS`, `DEFERRED`, `BYPASS` or `ERROR`: the `X-Cache` value.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Hit => "HIT",
-            Outcome::Miss => "MISS",
-            Outcome::Deferred => "DEFERRED",
-            Outcome::Bypass => "BYPASS",
-            Outcome::Error => "ERROR",
-        }
-    }
-
-    /// Index into per-outcome tables.
-    pub const fn index(self) -> usize {
-        self as usize
-    }
-
-    /// Lower-case label for metrics and logs.
-    pub const fn label(self) -> &'static str {
-        match self {
-            Outcome::Hit => "hit",
-            Outcome::Miss => "miss",
-            Outcome::Deferred => "deferred",
-            Outcome::Bypass => "bypass",
-            Outcome::Error => "error",
-        }
-    }
-}
 
 /// Why a request or response is not cached; feeds `Cache-Status` details and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -172,6 +119,9 @@ impl CacheControl {
 pub enum RequestPlan {
     /// Look the key up; on a miss ask the admission policy.
     Lookup,
+    /// Look the key up; a miss is forwarded and its response never stored (`HEAD`, `Range`:
+    /// the response would not be the whole object).
+    LookupOnly(NoStore),
     /// Skip the lookup (`Cache-Control: no-cache` on the request) but treat the fetch as a miss
     /// that may be stored.
     Refresh,
@@ -192,14 +142,24 @@ pub fn request_plan(method: &Method, headers: &HeaderMap, bypass_cookies: bool) 
     if bypass_cookies && headers.contains_key(header::COOKIE) {
         return RequestPlan::Bypass(NoStore::Cookie);
     }
+    let partial = if method == Method::HEAD {
+        Some(NoStore::Head)
+    } else if headers.contains_key(header::RANGE) {
+        Some(NoStore::Range)
+    } else {
+        None
+    };
     let pragma_no_cache = headers.get_all(header::PRAGMA).iter().any(|v| {
         v.to_str()
             .is_ok_and(|s| s.to_ascii_lowercase().contains("no-cache"))
     });
-    if cc.no_cache || (pragma_no_cache && !headers.contains_key(header::CACHE_CONTROL)) {
-        return RequestPlan::Refresh;
+    let refresh = cc.no_cache || (pragma_no_cache && !headers.contains_key(header::CACHE_CONTROL));
+    match (refresh, partial) {
+        (true, Some(reason)) => RequestPlan::Bypass(reason),
+        (true, None) => RequestPlan::Refresh,
+        (false, Some(reason)) => RequestPlan::LookupOnly(reason),
+        (false, None) => RequestPlan::Lookup,
     }
-    RequestPlan::Lookup
 }
 
 /// The rules a response must pass to be stored, from configuration.
@@ -350,7 +310,11 @@ pub fn cache_key(scheme: &str, authority: &str, path_and_query: &str) -> String 
     )
 }
 
-/// The key of one variant: the primary key plus the request's values of the `Vary` fields.
+/// The key of one variant: the primary key plus, for each field the response varies on, the
+/// request's values of it (RFC 9111 §4.1). `request` must be the headers the origin received
+/// (after hop-by-hop removal), so that a variant is keyed on what selected it. Values are keyed
+/// on their bytes (leading and trailing whitespace aside): a value that is not text is its own
+/// key, never the same as an absent field, and an absent field matches only an absent field.
 pub fn variant_key(primary: &str, fields: &[HeaderName], request: &HeaderMap) -> String {
     if fields.is_empty() {
         return primary.to_string();
@@ -359,16 +323,47 @@ pub fn variant_key(primary: &str, fields: &[HeaderName], request: &HeaderMap) ->
     for f in fields {
         key.push('\n');
         key.push_str(f.as_str());
-        key.push(':');
-        let values: Vec<&str> = request
-            .get_all(f)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .map(str::trim)
-            .collect();
-        key.push_str(&values.join(","));
+        let mut values = request.get_all(f).iter();
+        match values.next() {
+            None => key.push('!'),
+            Some(first) => {
+                key.push(':');
+                push_escaped(&mut key, first.as_bytes());
+                for v in values {
+                    key.push(',');
+                    push_escaped(&mut key, v.as_bytes());
+                }
+            }
+        }
     }
     key
+}
+
+/// Appends a field value to a key: printable ASCII as it is, `\\` and every other byte as
+/// `\xNN`, so that distinct byte strings give distinct keys.
+fn push_escaped(key: &mut String, value: &[u8]) {
+    let trimmed = value
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(&value[..0], |start| {
+            let end = value
+                .iter()
+                .rposition(|b| !matches!(b, b' ' | b'\t'))
+                .map_or(start, |e| e + 1);
+            &value[start..end]
+        });
+    for &b in trimmed {
+        match b {
+            b'\\' => key.push_str("\\\\"),
+            b' '..=b'~' => key.push(char::from(b)),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                key.push_str("\\x");
+                key.push(char::from(HEX[usize::from(b >> 4)]));
+                key.push(char::from(HEX[usize::from(b & 15)]));
+            }
+        }
+    }
 }
 
 /// Whether a conditional request is answered by the stored response with 304 (RFC 9110
@@ -398,16 +393,23 @@ pub fn not_modified(
     matches!((ims, lm), (Some(ims), Some(lm)) if lm <= ims)
 }
 
-/// Request headers that some origins honour to rewrite the URL, host, scheme or method but that
-/// are not part of the cache key: forwarding them would let one client make the origin produce
-/// a response that is then stored and served to everyone under the normal key (cache
-/// poisoning). They are removed from requests before they reach an origin.
-pub const UNKEYED_OVERRIDES: [&str; 10] = [
+/// Request headers that some origins honour to rewrite the URL, host, port, scheme or method
+/// but that are not part of the cache key. On GET and HEAD only the configured allow-list
+/// (`cache.forwarded_request_headers`) reaches the origin, which closes these and every other
+/// unkeyed input by default; on other methods (never stored) these are removed, in any spelling
+/// that swaps `-` for `_`.
+pub const UNKEYED_OVERRIDES: [&str; 16] = [
     "forwarded",
     "x-forwarded-host",
     "x-forwarded-proto",
     "x-forwarded-scheme",
     "x-forwarded-server",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-ssl",
+    "front-end-https",
+    "x-host",
+    "x-original-host",
     "x-original-url",
     "x-rewrite-url",
     "x-http-method-override",
@@ -415,12 +417,49 @@ pub const UNKEYED_OVERRIDES: [&str; 10] = [
     "x-method-override",
 ];
 
-/// Removes [`UNKEYED_OVERRIDES`] from a request's headers.
+/// Removes [`UNKEYED_OVERRIDES`] from a request's headers, also spelt with `_` for `-`.
 pub fn strip_unkeyed_overrides(headers: &mut HeaderMap) {
-    for name in UNKEYED_OVERRIDES {
+    let found: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| {
+            let n = name.as_str();
+            UNKEYED_OVERRIDES.iter().any(|o| {
+                o.len() == n.len()
+                    && o.bytes()
+                        .zip(n.bytes())
+                        .all(|(a, b)| a == b || (a == b'-' && b == b'_'))
+            })
+        })
+        .cloned()
+        .collect();
+    for name in found {
         headers.remove(name);
     }
 }
+
+/// The request fields forwarded to the origin on GET and HEAD by default: content negotiation,
+/// conditionals, ranges, credentials (whose responses are stored only when marked public) and
+/// the fields origins commonly log. Everything else a client sends is dropped, so that no input
+/// the cache key does not cover can shape a stored response.
+pub const DEFAULT_FORWARDED_REQUEST_HEADERS: [&str; 17] = [
+    "accept",
+    "accept-charset",
+    "accept-encoding",
+    "accept-language",
+    "authorization",
+    "cache-control",
+    "cookie",
+    "if-match",
+    "if-modified-since",
+    "if-none-match",
+    "if-range",
+    "if-unmodified-since",
+    "origin",
+    "pragma",
+    "range",
+    "referer",
+    "user-agent",
+];
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1), removed in both directions, plus any field the
 /// `Connection` header names.
@@ -493,7 +532,15 @@ mod tests {
         assert_eq!(request_plan(&get, &h(&[]), false), RequestPlan::Lookup);
         assert_eq!(
             request_plan(&Method::HEAD, &h(&[]), false),
-            RequestPlan::Lookup
+            RequestPlan::LookupOnly(NoStore::Head)
+        );
+        assert_eq!(
+            request_plan(&get, &h(&[("range", "bytes=0-1")]), false),
+            RequestPlan::LookupOnly(NoStore::Range)
+        );
+        assert_eq!(
+            request_plan(&Method::HEAD, &h(&[("cache-control", "no-cache")]), false),
+            RequestPlan::Bypass(NoStore::Head)
         );
         assert_eq!(
             request_plan(&Method::POST, &h(&[]), false),

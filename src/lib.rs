@@ -64,9 +64,11 @@
 #![warn(missing_docs)]
 
 pub use secondhit_admission::{admission, bloom, clock, hash};
+pub mod body;
 pub mod config;
 pub mod demo;
 pub mod http_cache;
+pub mod listener;
 pub mod metrics;
 pub mod origin;
 pub mod origin_server;

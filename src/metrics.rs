@@ -3,7 +3,7 @@
 //! microseconds, per outcome.
 
 use crate::admission::Stats as AdmissionStats;
-use crate::http_cache::Outcome;
+use crate::proxy::outcome::Outcome;
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -23,14 +23,18 @@ pub enum OriginError {
     Other,
     /// The body broke off, stalled or had the wrong length (the client sees a cut response).
     Body,
+    /// The response's header block was larger than `limits.max_origin_header_bytes` (502).
+    HeadersTooLarge,
 }
 
 impl OriginError {
-    const ALL: [OriginError; 4] = [
+    /// Every kind, for metrics.
+    pub const ALL: [OriginError; 5] = [
         OriginError::Connect,
         OriginError::Timeout,
         OriginError::Other,
         OriginError::Body,
+        OriginError::HeadersTooLarge,
     ];
     /// Label for metrics and logs.
     pub const fn as_str(self) -> &'static str {
@@ -39,6 +43,7 @@ impl OriginError {
             OriginError::Timeout => "timeout",
             OriginError::Other => "other",
             OriginError::Body => "body",
+            OriginError::HeadersTooLarge => "headers-too-large",
         }
     }
 }
@@ -50,7 +55,8 @@ pub struct Metrics {
     latency: [Mutex<Histogram<u64>>; OUTCOMES],
     origin_requests: AtomicU64,
     origin_bytes: AtomicU64,
-    origin_errors: [AtomicU64; 4],
+    origin_errors: [AtomicU64; OriginError::ALL.len()],
+    store_over_budget: AtomicU64,
     stores: AtomicU64,
     stored_bytes: AtomicU64,
     store_aborts: AtomicU64,
@@ -77,6 +83,7 @@ impl Default for Metrics {
             stores: AtomicU64::new(0),
             stored_bytes: AtomicU64::new(0),
             store_aborts: AtomicU64::new(0),
+            store_over_budget: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
@@ -125,12 +132,19 @@ impl Metrics {
         self.store_aborts.fetch_add(1, Relaxed);
     }
 
+    /// Counts a response that was not stored because the bodies being stored at once already
+    /// filled `limits.store_buffer_bytes`.
+    pub fn store_over_budget(&self) {
+        self.store_over_budget.fetch_add(1, Relaxed);
+    }
+
     /// Counts a request served by another request's fetch.
     pub fn coalesced(&self) {
         self.coalesced.fetch_add(1, Relaxed);
     }
 
-    /// Counts a request refused before any origin contact (unknown host, CONNECT, ...).
+    /// Counts a request the proxy answered itself as the client's fault: refused before any
+    /// origin contact (bad Host, unknown host, CONNECT, ...) or whose body broke off.
     pub fn refused(&self) {
         self.refused.fetch_add(1, Relaxed);
     }
@@ -226,13 +240,18 @@ impl Metrics {
             &one(&self.store_aborts),
         );
         counter(
+            "cache_write_over_budget_total",
+            "Responses not stored because the bodies being stored at once filled limits.store_buffer_bytes.",
+            &one(&self.store_over_budget),
+        );
+        counter(
             "coalesced_total",
             "Requests served by another request's fetch.",
             &one(&self.coalesced),
         );
         counter(
             "refused_total",
-            "Requests refused before any origin contact.",
+            "Requests answered by the proxy as the client's fault (refused, or a broken request body).",
             &one(&self.refused),
         );
         counter(

@@ -1,20 +1,14 @@
 //! The origins: which configured origin serves a request, and a pooled keep-alive client to
 //! them. Only configured origins are ever contacted.
 
+use crate::body::ProxyBody;
 use crate::config::{Config, ConfigError, OriginUrl};
-use bytes::Bytes;
+use crate::proxy::authority::Host;
 use http::uri::Authority;
-use http_body_util::combinators::BoxBody;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::collections::HashMap;
-
-/// Errors inside bodies: boxed, as hyper and our own pumps produce different ones.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The body type the proxy sends and receives.
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
 
 /// The configured origins and a pooled client to them.
 pub struct Origins {
@@ -25,7 +19,9 @@ pub struct Origins {
 
 impl Origins {
     /// Builds the routing table and the client from a validated configuration: connect timeout,
-    /// idle pooled connections closed after `origin_idle` (the pool needs a timer for that).
+    /// idle pooled connections closed after `origin_idle` (the pool needs a timer for that), and
+    /// the client's read buffer capped at `limits.max_origin_header_bytes`, which bounds both an
+    /// origin's header block and the size of each body chunk read from it.
     pub fn new(config: &Config) -> Result<Origins, ConfigError> {
         let default = match &config.origin {
             Some(url) => Some(OriginUrl::parse("origin", url)?.authority),
@@ -33,8 +29,14 @@ impl Origins {
         };
         let mut hosts = HashMap::new();
         for (host, url) in &config.hosts {
+            let host = Host::parse(host.trim().as_bytes(), 80).map_err(|e| {
+                crate::config::ConfigError::Invalid {
+                    field: "hosts",
+                    message: format!("{host:?}: {e}"),
+                }
+            })?;
             hosts.insert(
-                host.trim().to_ascii_lowercase(),
+                host.as_str().to_string(),
                 OriginUrl::parse("hosts", url)?.authority,
             );
         }
@@ -44,6 +46,7 @@ impl Origins {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(config.timeouts.origin_idle)
             .pool_timer(TokioTimer::new())
+            .http1_max_buf_size(config.limits.max_origin_header_bytes)
             .build(connector);
         Ok(Origins {
             default,
@@ -52,20 +55,15 @@ impl Origins {
         })
     }
 
-    /// The origin for a request's authority (from an absolute-form URI or the Host header):
-    /// a `[hosts]` entry matching `host:port` or `host`, else the default origin — unless the
-    /// request came in absolute form (a proxy-style request for some other site), which only a
-    /// `[hosts]` entry may serve.
-    pub fn route(&self, authority: &str, absolute_form: bool) -> Option<&Authority> {
-        let a = authority.trim().to_ascii_lowercase();
-        let host = a.rsplit_once(':').map_or(a.as_str(), |(h, p)| {
-            if p.bytes().all(|b| b.is_ascii_digit()) {
-                h
-            } else {
-                a.as_str()
-            }
-        });
-        if let Some(o) = self.hosts.get(&a).or_else(|| self.hosts.get(host)) {
+    /// The origin for a request's host: a `[hosts]` entry matching `host:port` or `host`, else
+    /// the default origin, unless the request came in absolute form (a proxy-style request for
+    /// some other site), which only a `[hosts]` entry may serve.
+    pub fn route(&self, host: &Host, absolute_form: bool) -> Option<&Authority> {
+        if let Some(o) = self
+            .hosts
+            .get(host.as_str())
+            .or_else(|| self.hosts.get(host.name()))
+        {
             return Some(o);
         }
         if absolute_form {
@@ -93,7 +91,10 @@ mod tests {
     #[tokio::test]
     async fn routes_only_to_configured_origins() {
         let o = origins("origin = \"http://127.0.0.1:1000\"\n[hosts]\n\"img.example\" = \"http://127.0.0.1:2000\"");
-        let r = |a: &str, abs: bool| o.route(a, abs).map(|x| x.to_string());
+        let r = |a: &str, abs: bool| {
+            o.route(&Host::parse(a.as_bytes(), 80).unwrap(), abs)
+                .map(|x| x.to_string())
+        };
         assert_eq!(r("img.example", false).as_deref(), Some("127.0.0.1:2000"));
         assert_eq!(
             r("IMG.example:8080", false).as_deref(),
@@ -104,6 +105,7 @@ mod tests {
         assert_eq!(r("evil.example", true), None);
         assert_eq!(r("img.example", true).as_deref(), Some("127.0.0.1:2000"));
         let only_hosts = origins("[hosts]\n\"a.example\" = \"http://127.0.0.1:3000\"");
-        assert!(only_hosts.route("b.example", false).is_none());
+        let b = Host::parse(b"b.example", 80).unwrap();
+        assert!(only_hosts.route(&b, false).is_none());
     }
 }

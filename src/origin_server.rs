@@ -7,19 +7,19 @@
 //! with a seeded RNG: latency, 5xx, a reset mid-body, a body shorter than its Content-Length, a
 //! slow drip.
 
-use crate::http_cache::{parse_range, RangeRequest};
-use crate::origin::{BoxError, ProxyBody};
+use crate::body::{channel, empty, full, BoxError, ProxyBody};
+use crate::http_cache::{range_answer, RangeAnswer};
+use crate::listener;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
+use hyper_util::server::conn::auto;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -102,21 +102,46 @@ impl Default for OriginOptions {
     }
 }
 
+/// Why the synthetic origin could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OriginServerError {
+    /// A fault rate outside [0, 1].
+    #[error("{name} must be a fraction in [0, 1], got {value}")]
+    Rate {
+        /// The option (`error rate`, ...).
+        name: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// The fault rates add up to more than 1.
+    #[error("the fault rates add up to more than 1 (got {0})")]
+    RatesOverOne(f64),
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
 impl OriginOptions {
     /// Checks the options, naming the bad one.
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, v) in [
+    pub fn validate(&self) -> Result<(), OriginServerError> {
+        for (name, value) in [
             ("error rate", self.error_rate),
             ("reset rate", self.reset_rate),
             ("short rate", self.short_rate),
             ("drip rate", self.drip_rate),
         ] {
-            if !(0.0..=1.0).contains(&v) {
-                return Err(format!("{name} must be a fraction in [0, 1], got {v}"));
+            if !(0.0..=1.0).contains(&value) {
+                return Err(OriginServerError::Rate { name, value });
             }
         }
-        if self.error_rate + self.reset_rate + self.short_rate + self.drip_rate > 1.0 {
-            return Err("the fault rates add up to more than 1".into());
+        let sum = self.error_rate + self.reset_rate + self.short_rate + self.drip_rate;
+        if sum > 1.0 {
+            return Err(OriginServerError::RatesOverOne(sum));
         }
         Ok(())
     }
@@ -210,25 +235,6 @@ impl Shared {
     }
 }
 
-fn full(b: impl Into<Bytes>) -> ProxyBody {
-    Full::new(b.into()).map_err(|e| match e {}).boxed()
-}
-
-/// A body from a channel fed by a task (for cut-off and dripping bodies).
-fn channel_body(rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>) -> ProxyBody {
-    struct Rx(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
-    impl futures_core::Stream for Rx {
-        type Item = Result<Frame<Bytes>, BoxError>;
-        fn poll_next(
-            mut self: std::pin::Pin<&mut Self>,
-            cx: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Option<Self::Item>> {
-            self.0.poll_recv(cx)
-        }
-    }
-    StreamBody::new(Rx(rx)).boxed()
-}
-
 async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
     let path = req.uri().path().to_string();
     if path == "/_stats" {
@@ -286,31 +292,26 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
         .header(header::LAST_MODIFIED, "Wed, 01 Jan 2025 00:00:00 GMT")
         .header(header::ACCEPT_RANGES, "bytes")
         .header(header::CONTENT_TYPE, "application/octet-stream");
-    let (status, start, len) = match req
-        .headers()
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-        .map_or(RangeRequest::Full, |v| parse_range(v, size))
-    {
-        RangeRequest::Full => (StatusCode::OK, 0, size),
-        RangeRequest::Partial { start, end } => {
-            b = b.header(header::CONTENT_RANGE, format!("bytes {start}-{end}/{size}"));
+    let (status, start, len) = match range_answer(req.headers().get(header::RANGE), size) {
+        RangeAnswer::Full => (StatusCode::OK, 0, size),
+        RangeAnswer::Partial {
+            start,
+            end,
+            content_range,
+        } => {
+            b = b.header(header::CONTENT_RANGE, content_range);
             (StatusCode::PARTIAL_CONTENT, start, end - start + 1)
         }
-        RangeRequest::Unsatisfiable => {
+        RangeAnswer::Unsatisfiable { content_range } => {
             let mut r = Response::new(full(""));
             *r.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
+            r.headers_mut().insert(header::CONTENT_RANGE, content_range);
             return r;
         }
     };
     b = b.status(status).header(header::CONTENT_LENGTH, len);
     if req.method() == Method::HEAD {
-        return b
-            .body(Empty::new().map_err(|e| match e {}).boxed())
-            .unwrap_or_else(|_| Response::new(full("")));
+        return b.body(empty()).unwrap_or_else(|_| Response::new(full("")));
     }
     let body = Bytes::from(content(&path, start, len as usize));
     let body = match fault {
@@ -323,9 +324,9 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
             let half = body.slice(..body.len() / 2);
             shared.counters.bytes.fetch_add(half.len() as u64, Relaxed);
             let reset = matches!(fault, Fault::Reset);
-            let (tx, rx) = tokio::sync::mpsc::channel(2);
+            let (tx, rx) = channel(2, None, None);
             tokio::spawn(async move {
-                let _ = tx.send(Ok(Frame::data(half))).await;
+                let _ = tx.send(Frame::data(half)).await;
                 // Let the headers and the half go out first, then break the connection.
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let err: BoxError = if reset {
@@ -333,72 +334,62 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
                 } else {
                     "injected short body".into()
                 };
-                let _ = tx.send(Err(err)).await;
+                tx.fail(err).await;
             });
-            channel_body(rx)
+            rx.boxed()
         }
         Fault::Drip => {
             shared.counters.faults.fetch_add(1, Relaxed);
             shared.counters.bytes.fetch_add(len, Relaxed);
             let interval = o.drip_interval;
-            let (tx, rx) = tokio::sync::mpsc::channel(2);
+            let (tx, rx) = channel(2, None, None);
             tokio::spawn(async move {
                 let mut rest = body;
                 while !rest.is_empty() {
                     let n = rest.len().min(1024);
-                    if tx.send(Ok(Frame::data(rest.split_to(n)))).await.is_err() {
+                    if tx.send(Frame::data(rest.split_to(n))).await.is_err() {
                         break;
                     }
                     tokio::time::sleep(interval).await;
                 }
             });
-            channel_body(rx)
+            rx.boxed()
         }
     };
     b.body(body).unwrap_or_else(|_| Response::new(full("")))
 }
 
 /// Starts the origin.
-pub async fn start(options: OriginOptions) -> Result<RunningOrigin, String> {
+pub async fn start(options: OriginOptions) -> Result<RunningOrigin, OriginServerError> {
     options.validate()?;
-    let listener = TcpListener::bind(options.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
+    let bind = |source| OriginServerError::Bind {
+        addr: options.listen,
+        source,
+    };
+    let listener = TcpListener::bind(options.listen).await.map_err(bind)?;
+    let addr = listener.local_addr().map_err(bind)?;
     let counters = Arc::new(Counters::default());
     let shared = Arc::new(Shared {
         rng: Mutex::new(Xoshiro256PlusPlus::seed_from_u64(options.seed)),
         options,
         counters: Arc::clone(&counters),
     });
-    let (stop, mut stopped) = watch::channel(false);
-    let task = tokio::spawn(async move {
-        loop {
-            let (stream, _) = tokio::select! {
-                r = listener.accept() => match r {
-                    Ok(x) => x,
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                },
-                _ = async { let _ = stopped.wait_for(|s| *s).await.map(|_| ()); } => break,
-            };
-            let _ = stream.set_nodelay(true);
+    let (stop, stopped) = watch::channel(false);
+    let limits = listener::Limits {
+        max_connections: 16_384,
+        first_byte: None,
+        grace: Duration::from_secs(1),
+    };
+    let task = tokio::spawn(listener::serve(
+        listener,
+        auto::Builder::new(TokioExecutor::new()),
+        limits,
+        stopped,
+        move |req, _| {
             let shared = Arc::clone(&shared);
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let shared = Arc::clone(&shared);
-                    async move { Ok::<_, Infallible>(respond(shared, req).await) }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
+            async move { respond(shared, req).await }
+        },
+    ));
     Ok(RunningOrigin {
         addr,
         counters,
@@ -434,11 +425,19 @@ mod tests {
             reset_rate: 0.5,
             ..OriginOptions::default()
         };
-        assert!(bad.validate().unwrap_err().contains("more than 1"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("more than 1"));
         let bad = OriginOptions {
             drip_rate: -0.1,
             ..OriginOptions::default()
         };
-        assert!(bad.validate().unwrap_err().contains("drip rate"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("drip rate"));
     }
 }

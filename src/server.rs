@@ -1,23 +1,19 @@
 //! Listeners: the public one (HTTP/1.1 keep-alive and cleartext HTTP/2, connection limit,
 //! header-read timeout, graceful shutdown) and the admin one (`/metrics`, `/healthz`, purge).
 
+use crate::body::{text, ProxyBody};
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
-use crate::origin::ProxyBody;
+use crate::listener;
 use crate::proxy::Proxy;
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Why the server could not start.
@@ -62,26 +58,17 @@ impl Running {
 /// Binds both listeners and starts serving.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, ServeError> {
     let proxy = Arc::new(Proxy::new(&config, clock)?);
-    let public = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let admin = TcpListener::bind(config.admin_listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: config.admin_listen,
-            source,
-        })?;
-    let addr = public.local_addr().map_err(|source| ServeError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let admin_addr = admin.local_addr().map_err(|source| ServeError::Bind {
-        addr: config.admin_listen,
-        source,
-    })?;
+    let bind = |addr: SocketAddr| async move {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let local = l
+            .local_addr()
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        Ok::<_, ServeError>((l, local))
+    };
+    let (public, addr) = bind(config.listen).await?;
+    let (admin, admin_addr) = bind(config.admin_listen).await?;
     let (stop, stopped) = watch::channel(false);
 
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -93,16 +80,37 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Ser
         .max_headers(config.limits.max_headers)
         .keep_alive(true);
     builder.http2().timer(TokioTimer::new());
-
-    let public_task = tokio::spawn(accept_public(
+    let limits = listener::Limits {
+        max_connections: config.limits.max_connections,
+        first_byte: Some(config.timeouts.client_header),
+        grace: config.timeouts.shutdown_grace,
+    };
+    let p = Arc::clone(&proxy);
+    let public_task = tokio::spawn(listener::serve(
         public,
-        Arc::clone(&proxy),
         builder,
-        Arc::new(Semaphore::new(config.limits.max_connections)),
+        limits,
         stopped.clone(),
-        config.timeouts.shutdown_grace,
+        move |req, peer: SocketAddr| {
+            let p = Arc::clone(&p);
+            async move { p.handle(req, peer.ip()).await }
+        },
     ));
-    let admin_task = tokio::spawn(accept_admin(admin, Arc::clone(&proxy), stopped));
+    let p = Arc::clone(&proxy);
+    let admin_limits = listener::Limits {
+        max_connections: 64,
+        ..limits
+    };
+    let admin_task = tokio::spawn(listener::serve(
+        admin,
+        auto::Builder::new(TokioExecutor::new()),
+        admin_limits,
+        stopped,
+        move |req, _| {
+            let p = Arc::clone(&p);
+            async move { admin_response(&p, &req) }
+        },
+    ));
     tracing::info!(%addr, %admin_addr, "secondhit serving");
     Ok(Running {
         addr,
@@ -111,71 +119,6 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Ser
         stop,
         tasks: vec![public_task, admin_task],
     })
-}
-
-async fn accept_public(
-    listener: TcpListener,
-    proxy: Arc<Proxy>,
-    builder: auto::Builder<TokioExecutor>,
-    slots: Arc<Semaphore>,
-    mut stopped: watch::Receiver<bool>,
-    grace: std::time::Duration,
-) {
-    let graceful = GracefulShutdown::new();
-    loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = stopped_signal(&mut stopped) => break,
-        };
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stopped_signal(&mut stopped) => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let proxy = Arc::clone(&proxy);
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let service = service_fn(move |req: Request<Incoming>| {
-                let proxy = Arc::clone(&proxy);
-                async move { Ok::<_, Infallible>(proxy.handle(req, peer.ip()).await) }
-            });
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            ?grace,
-            "shutdown grace period over; closing the remaining connections"
-        );
-    }
-}
-
-/// Resolves once shutdown is asked for (or the sender is gone).
-async fn stopped_signal(stopped: &mut watch::Receiver<bool>) {
-    let _ = stopped.wait_for(|s| *s).await.map(|_| ());
-}
-
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
-    let mut r = Response::new(Full::new(body.into()).map_err(|e| match e {}).boxed());
-    *r.status_mut() = status;
-    r
 }
 
 fn admin_response(proxy: &Proxy, req: &Request<Incoming>) -> Response<ProxyBody> {
@@ -242,35 +185,6 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-async fn accept_admin(
-    listener: TcpListener,
-    proxy: Arc<Proxy>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(_) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stopped_signal(&mut stopped) => break,
-        };
-        let proxy = Arc::clone(&proxy);
-        tokio::spawn(async move {
-            let service = service_fn(move |req: Request<Incoming>| {
-                let proxy = Arc::clone(&proxy);
-                async move { Ok::<_, Infallible>(admin_response(&proxy, &req)) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
 }
 
 #[cfg(test)]

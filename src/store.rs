@@ -12,6 +12,7 @@ use moka::policy::EvictionPolicy;
 use moka::sync::{Cache, CacheBuilder};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// moka's eviction policy, as on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -169,56 +170,100 @@ impl SimStore for ExactLru {
     }
 }
 
-/// moka configured by [`moka_builder`], with a fixed hasher and maintenance run to a fixed point
-/// after every write and every 32 reads, so that every run gives the same numbers and its LRU is
-/// exact. 0.5 to 1.3 million requests a second (README, `scripts/bench-simulate.sh`): the price
-/// of exact maintenance.
+/// A moka cache and, in lab mode, the maintenance that makes it exact: run to a fixed point after
+/// every write and every [`Maintained::READS_PER_MAINTENANCE`] reads, as the simulator's
+/// [`MokaStore`] and the proxy's `cache.lab_mode` both need. Without lab mode it is moka as it is.
+pub struct Maintained<K, V, S = std::collections::hash_map::RandomState> {
+    cache: Cache<K, V, S>,
+    /// Reads since the last maintenance run, or `None` when not in lab mode.
+    reads: Option<AtomicU32>,
+}
+
+impl<K, V, S> Maintained<K, V, S>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: std::hash::BuildHasher + Clone + Send + Sync + 'static,
+{
+    /// Reads buffered before maintenance runs. moka's read log holds more, so none is dropped.
+    pub const READS_PER_MAINTENANCE: u32 = 32;
+
+    /// Wraps `cache`; `lab`: run maintenance to a fixed point as described above.
+    pub fn new(cache: Cache<K, V, S>, lab: bool) -> Self {
+        Maintained {
+            cache,
+            reads: lab.then(|| AtomicU32::new(0)),
+        }
+    }
+
+    /// Looks a key up (a read).
+    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        let found = self.cache.get(key);
+        if let Some(reads) = &self.reads {
+            if reads.fetch_add(1, Relaxed) + 1 >= Self::READS_PER_MAINTENANCE {
+                self.cache.run_pending_tasks();
+                reads.store(0, Relaxed);
+            }
+        }
+        found
+    }
+
+    /// Inserts or replaces (a write).
+    pub fn insert(&self, key: K, value: V) {
+        self.cache.insert(key, value);
+        if let Some(reads) = &self.reads {
+            self.cache.run_pending_tasks();
+            reads.store(0, Relaxed);
+        }
+    }
+
+    /// The cache itself, for what needs no maintenance bookkeeping (invalidation, sizes).
+    pub fn cache(&self) -> &Cache<K, V, S> {
+        &self.cache
+    }
+}
+
+/// moka configured by [`moka_builder`], with a fixed hasher and lab-mode maintenance
+/// ([`Maintained`]), so that every run gives the same numbers and its LRU is exact. 0.5 to 1.3
+/// million requests a second (README, `scripts/bench-simulate.sh`): the price of exact
+/// maintenance.
 pub struct MokaStore {
-    cache: Cache<u128, u64, BuildFold>,
+    store: Maintained<u128, u64, BuildFold>,
     capacity: u64,
-    reads: u32,
 }
 
 impl MokaStore {
-    /// Reads buffered before maintenance runs. moka's read log holds more, so none is dropped.
-    const READS_PER_MAINTENANCE: u32 = 32;
-
     /// An empty store of `capacity` bytes with `eviction`.
     pub fn new(capacity: u64, eviction: Eviction) -> Self {
         let cache = moka_builder::<u128, u64>(capacity, eviction)
             .weigher(|_, size: &u64| u32::try_from(*size).unwrap_or(u32::MAX))
             .build_with_hasher(BuildFold::default());
         MokaStore {
-            cache,
+            store: Maintained::new(cache, true),
             capacity,
-            reads: 0,
         }
     }
 }
 
 impl SimStore for MokaStore {
     fn get(&mut self, key: KeyHash) -> bool {
-        let hit = self.cache.get(&key.raw()).is_some();
-        self.reads += 1;
-        if self.reads >= Self::READS_PER_MAINTENANCE {
-            self.cache.run_pending_tasks();
-            self.reads = 0;
-        }
-        hit
+        self.store.get(&key.raw()).is_some()
     }
 
     fn put(&mut self, key: KeyHash, size: u64) -> bool {
         if size > self.capacity || size > u64::from(u32::MAX) {
             return false;
         }
-        self.cache.insert(key.raw(), size);
-        self.cache.run_pending_tasks();
-        self.reads = 0;
-        self.cache.contains_key(&key.raw())
+        self.store.insert(key.raw(), size);
+        self.store.cache().contains_key(&key.raw())
     }
 
     fn used_bytes(&self) -> u64 {
-        self.cache.weighted_size()
+        self.store.cache().weighted_size()
     }
 }
 

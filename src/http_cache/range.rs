@@ -1,6 +1,8 @@
 //! `Range: bytes=...` requests against a stored body (RFC 9110 §14). Only single ranges are
 //! served as 206; a multi-range request gets the whole body (200), which the RFC allows.
 
+use http::HeaderValue;
+
 /// What a `Range` header asks of a body of a known length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RangeRequest {
@@ -64,6 +66,48 @@ pub fn parse_range(value: &str, len: u64) -> RangeRequest {
     }
 }
 
+/// How to answer a request's `Range` field for a whole body of `len` bytes: what the cache and
+/// the synthetic origin both send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RangeAnswer {
+    /// 200 with the whole body.
+    Full,
+    /// 206 with bytes `start..=end` and this `Content-Range`.
+    Partial {
+        /// First byte.
+        start: u64,
+        /// Last byte, inclusive.
+        end: u64,
+        /// `bytes start-end/len`.
+        content_range: HeaderValue,
+    },
+    /// 416 with this `Content-Range` (`bytes */len`).
+    Unsatisfiable {
+        /// `bytes */len`.
+        content_range: HeaderValue,
+    },
+}
+
+/// The answer to a `Range` field (absent, or not text: the whole body).
+pub fn range_answer(range: Option<&HeaderValue>, len: u64) -> RangeAnswer {
+    let request = range
+        .and_then(|v| v.to_str().ok())
+        .map_or(RangeRequest::Full, |v| parse_range(v, len));
+    match request {
+        RangeRequest::Full => RangeAnswer::Full,
+        RangeRequest::Partial { start, end } => RangeAnswer::Partial {
+            start,
+            end,
+            content_range: HeaderValue::from_str(&format!("bytes {start}-{end}/{len}"))
+                .unwrap_or(HeaderValue::from_static("bytes */0")),
+        },
+        RangeRequest::Unsatisfiable => RangeAnswer::Unsatisfiable {
+            content_range: HeaderValue::from_str(&format!("bytes */{len}"))
+                .unwrap_or(HeaderValue::from_static("bytes */0")),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +157,26 @@ mod tests {
         assert_eq!(parse_range("bytes=a-b", 1000), Full);
         assert_eq!(parse_range("bytes=-", 1000), Full);
         assert_eq!(parse_range("bytes=+1-2", 1000), Full);
+    }
+
+    #[test]
+    fn answers_carry_their_content_range() {
+        let v = HeaderValue::from_static("bytes=10-19");
+        assert_eq!(
+            range_answer(Some(&v), 100),
+            RangeAnswer::Partial {
+                start: 10,
+                end: 19,
+                content_range: HeaderValue::from_static("bytes 10-19/100")
+            }
+        );
+        let v = HeaderValue::from_static("bytes=200-");
+        assert_eq!(
+            range_answer(Some(&v), 100),
+            RangeAnswer::Unsatisfiable {
+                content_range: HeaderValue::from_static("bytes */100")
+            }
+        );
+        assert_eq!(range_answer(None, 100), RangeAnswer::Full);
     }
 }

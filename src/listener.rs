@@ -1,0 +1,108 @@
+//! The one accept loop: every server here (the proxy's public and admin listeners, the synthetic
+//! origin) accepts connections through [`serve`], which bounds the connections served at once,
+//! closes connections that send nothing, serves HTTP/1.1 and cleartext HTTP/2 with hyper-util,
+//! and on shutdown stops accepting and gives in-flight requests a grace period.
+
+use crate::body::ProxyBody;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// How a listener treats its connections.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections served at once; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// A connection that sends no byte within this is closed (hyper's own header timeout
+    /// only starts once the first byte is in).
+    pub first_byte: Option<Duration>,
+    /// On shutdown, in-flight requests get this long to finish.
+    pub grace: Duration,
+}
+
+/// Resolves once shutdown is asked for (or the sender is gone).
+pub async fn stopped_signal(stopped: &mut watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// Accepts on `listener` until `stopped`, serving each connection with `builder` and each
+/// request with `handler(request, peer)`.
+pub async fn serve<H, Fut>(
+    listener: TcpListener,
+    builder: auto::Builder<TokioExecutor>,
+    limits: Limits,
+    mut stopped: watch::Receiver<bool>,
+    handler: H,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = stopped_signal(&mut stopped) => break,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped_signal(&mut stopped) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            // hyper-util reads the first bytes to tell HTTP/1 from HTTP/2 with no timeout: a
+            // connection that never sends a byte would hold its slot for ever.
+            if let Some(wait) = limits.first_byte {
+                let mut probe = [0u8; 1];
+                if !matches!(
+                    tokio::time::timeout(wait, stream.peek(&mut probe)).await,
+                    Ok(Ok(_))
+                ) {
+                    tracing::debug!(%peer, "no request within the header timeout; closed");
+                    drop(permit);
+                    return;
+                }
+            }
+            let service = service_fn(move |req: Request<Incoming>| {
+                let handler = handler.clone();
+                async move { Ok::<_, Infallible>(handler(req, peer).await) }
+            });
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(limits.grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace = ?limits.grace,
+            "shutdown grace period over; closing the remaining connections"
+        );
+    }
+}

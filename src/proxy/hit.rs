@@ -1,0 +1,90 @@
+//! Answering from a stored object: the whole body, a `304 Not Modified` to a conditional
+//! request it satisfies, a single byte range (206 / 416), or headers only for HEAD. A function of
+//! the object, the request and `now`.
+
+use super::cached::CachedObject;
+use super::outcome::CacheStatus;
+use crate::body::{empty, full, text, ProxyBody};
+use crate::http_cache::{not_modified, range_answer, RangeAnswer};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Response, StatusCode};
+use std::time::Duration;
+
+/// The headers a 304 carries from the stored response (RFC 9110 §15.4.5).
+const NOT_MODIFIED_HEADERS: [header::HeaderName; 8] = [
+    header::ETAG,
+    header::CACHE_CONTROL,
+    header::EXPIRES,
+    header::DATE,
+    header::VARY,
+    header::LAST_MODIFIED,
+    header::CONTENT_LOCATION,
+    header::AGE,
+];
+
+/// The response to `method` with `request` headers from `obj` at `now`, and its Cache-Status.
+pub fn serve(
+    obj: &CachedObject,
+    method: &Method,
+    request: &HeaderMap,
+    now: Duration,
+) -> (Response<ProxyBody>, CacheStatus) {
+    let status = CacheStatus::hit(obj.fresh_until.saturating_sub(now).as_secs());
+    let age = HeaderValue::from(obj.age(now).as_secs());
+    if obj.status == StatusCode::OK
+        && not_modified(
+            request,
+            obj.headers.get(header::ETAG),
+            obj.headers.get(header::LAST_MODIFIED),
+        )
+    {
+        let mut r = Response::new(empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        let h = r.headers_mut();
+        for name in NOT_MODIFIED_HEADERS {
+            if let Some(v) = obj.headers.get(&name) {
+                h.insert(name, v.clone());
+            }
+        }
+        h.insert(header::AGE, age);
+        return (r, status);
+    }
+    let len = obj.body.len() as u64;
+    let range = if obj.status == StatusCode::OK {
+        range_answer(request.get(header::RANGE), len)
+    } else {
+        RangeAnswer::Full
+    };
+    let mut headers = obj.headers.clone();
+    headers.insert(header::AGE, age);
+    let (code, body) = match range {
+        RangeAnswer::Full => (obj.status, obj.body.clone()),
+        RangeAnswer::Partial {
+            start,
+            end,
+            content_range,
+        } => {
+            headers.insert(header::CONTENT_RANGE, content_range);
+            (
+                StatusCode::PARTIAL_CONTENT,
+                obj.body.slice(start as usize..=end as usize),
+            )
+        }
+        RangeAnswer::Unsatisfiable { content_range } => {
+            let mut r = text(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable\n");
+            r.headers_mut().insert(header::CONTENT_RANGE, content_range);
+            return (r, status);
+        }
+    };
+    if code != StatusCode::NO_CONTENT {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
+    let mut r = Response::new(if method == Method::HEAD {
+        empty()
+    } else {
+        full(body)
+    });
+    *r.status_mut() = code;
+    *r.headers_mut() = headers;
+    (r, status)
+}

@@ -1,0 +1,184 @@
+//! Phase 7, `pump` and store: a task reads the origin's body, forwards it to the client as it
+//! arrives and, for an admitted response, stores it once complete and of the announced length.
+//!
+//! Memory is bounded per response and overall:
+//! - what the client has not yet taken is at most `limits.stream_buffer_bytes` (the pump then
+//!   waits, so the origin is read no faster than the client reads: backpressure);
+//! - a body being stored is at most `cache.max_object_size`, and all bodies being stored at once
+//!   at most `limits.store_buffer_bytes`; past either the response is still served, not stored;
+//! - when the client is gone and nothing is being stored, the fetch is dropped at once (the
+//!   origin connection closes and the origin stops sending).
+//!
+//! A client that goes away does not cancel the store of an object others wait for; a body that
+//! stalls, breaks off or has the wrong length is never stored.
+
+use super::cached::{owned_headers, CachedObject, Entry};
+use super::coalesce::{Fetched, Leader};
+use super::Proxy;
+use crate::body::{channel, ProxyBody};
+use crate::http_cache::{usable_with_authorization, variant_key, vary_fields, Freshness};
+use crate::metrics::OriginError;
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::StatusCode;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
+
+/// What the pump stores once the body is complete.
+pub(super) struct StoreJob {
+    /// The primary key.
+    pub primary: String,
+    /// The request's headers as the origin received them (for the variant key).
+    pub request_headers: HeaderMap,
+    /// The response's status and headers.
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    /// How fresh it is.
+    pub freshness: Freshness,
+    /// The coalesced fetch this is, whose followers get the object.
+    pub leader: Option<Leader>,
+}
+
+/// Frames the client's channel holds at most (the byte budget is the real bound).
+const CHANNEL_FRAMES: usize = 64;
+
+impl Proxy {
+    /// Spawns the task that reads the origin's body, forwards it to the client as it arrives
+    /// and, for a store job, stores it once complete. Returns the client's body.
+    pub(super) fn pump(
+        self: &Arc<Self>,
+        mut body: Incoming,
+        expected: Option<u64>,
+        job: Option<StoreJob>,
+    ) -> ProxyBody {
+        let (tx, client_body) = channel(CHANNEL_FRAMES, expected, Some(self.limits.stream_buffer));
+        let proxy = Arc::clone(self);
+        tokio::spawn(async move {
+            let max_object = proxy.limits.max_object;
+            // Sized from Content-Length when known, so a stored body holds no spare capacity.
+            let initial = expected.unwrap_or(0).min(max_object) as usize;
+            let mut buf = job.as_ref().map(|_| BytesMut::with_capacity(initial));
+            // This body's share of the global budget for bodies being stored.
+            let mut held: Option<OwnedSemaphorePermit> = None;
+            let mut received = 0u64;
+            let mut failed = false;
+            let mut client_alive = true;
+            loop {
+                let frame =
+                    match tokio::time::timeout(proxy.timeouts.first_byte, body.frame()).await {
+                        Ok(None) => break,
+                        Ok(Some(Ok(f))) => f,
+                        Ok(Some(Err(e))) => {
+                            failed = true;
+                            proxy.metrics.origin_error(OriginError::Body);
+                            tracing::warn!(error = %e, "origin body broke off");
+                            if client_alive {
+                                tx.fail(Box::new(e)).await;
+                            }
+                            break;
+                        }
+                        Err(_) => {
+                            failed = true;
+                            proxy.metrics.origin_error(OriginError::Body);
+                            tracing::warn!("origin body stalled");
+                            if client_alive {
+                                tx.fail("origin body stalled".into()).await;
+                            }
+                            break;
+                        }
+                    };
+                if let Some(data) = frame.data_ref() {
+                    received += data.len() as u64;
+                    if let Some(b) = buf.as_mut() {
+                        let share = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                        let granted = (received <= max_object)
+                            .then(|| {
+                                Arc::clone(&proxy.store_budget)
+                                    .try_acquire_many_owned(share)
+                                    .ok()
+                            })
+                            .flatten();
+                        match granted {
+                            Some(p) => {
+                                b.extend_from_slice(data);
+                                match held.as_mut() {
+                                    Some(h) => h.merge(p),
+                                    None => held = Some(p),
+                                }
+                            }
+                            None => {
+                                // Too large, or the budget is spent: serve it, do not store it.
+                                if received <= max_object {
+                                    proxy.metrics.store_over_budget();
+                                }
+                                buf = None;
+                                held = None;
+                            }
+                        }
+                    }
+                }
+                if client_alive && tx.send(frame).await.is_err() {
+                    client_alive = false;
+                }
+                if !client_alive && buf.is_none() {
+                    break; // nobody to serve and nothing to store: drop the fetch
+                }
+            }
+            proxy.metrics.origin_bytes(received);
+            if let Some(job) = job {
+                let complete = !failed && expected.is_none_or(|n| n == received);
+                match buf {
+                    // A body that grew by doubling (no Content-Length) is copied to its size.
+                    Some(b) if complete && b.capacity() > b.len() + b.len() / 8 => {
+                        proxy.store_object(job, Bytes::copy_from_slice(&b))
+                    }
+                    Some(b) if complete => proxy.store_object(job, b.freeze()),
+                    _ => proxy.metrics.store_aborted(),
+                }
+            }
+            drop(held);
+        });
+        client_body.boxed()
+    }
+
+    fn store_object(&self, job: StoreJob, body: Bytes) {
+        let now = self.clock.now();
+        let fields = vary_fields(&job.headers);
+        let key = if fields.is_empty() {
+            job.primary.clone()
+        } else {
+            let key = variant_key(&job.primary, &fields, &job.request_headers);
+            self.store
+                .insert(job.primary.clone(), Entry::Variants(Arc::from(fields)));
+            key
+        };
+        let mut headers = owned_headers(&job.headers);
+        headers.remove(header::AGE);
+        if job.status != StatusCode::NO_CONTENT {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
+        let auth_ok = usable_with_authorization(&headers);
+        let len = body.len() as u64;
+        let object = Arc::new(CachedObject {
+            status: job.status,
+            headers,
+            body,
+            stored_at: now,
+            fresh_until: now + job.freshness.remaining(),
+            initial_age: job.freshness.initial_age,
+            auth_ok,
+        });
+        self.store
+            .insert(key.clone(), Entry::Object(Arc::clone(&object)));
+        self.metrics.stored(len);
+        if let Some(leader) = job.leader {
+            leader.complete(Arc::new(Fetched {
+                object,
+                primary: job.primary,
+                key,
+            }));
+        }
+    }
+}
