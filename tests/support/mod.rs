@@ -32,3 +32,4 @@ pub fn bin() -> PathBuf {
 
 pub mod origin;
 pub mod proxy;
+pub mod raw_origin;

@@ -11,6 +11,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -32,6 +33,7 @@ pub fn content(path: &str, size: usize) -> Vec<u8> {
 pub struct TestOrigin {
     pub addr: SocketAddr,
     counts: Arc<Mutex<HashMap<String, u64>>>,
+    streamed: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -44,6 +46,11 @@ impl TestOrigin {
     /// Requests seen in all.
     pub fn total(&self) -> u64 {
         self.counts.lock().unwrap().values().sum()
+    }
+
+    /// Body bytes the `/stream/` route has handed to its connections so far.
+    pub fn streamed(&self) -> u64 {
+        self.streamed.load(Ordering::Relaxed)
     }
 
     /// The origin's URL.
@@ -62,7 +69,7 @@ fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into()).map_err(|e| match e {}).boxed()
 }
 
-async fn respond(req: Request<Incoming>) -> Response<Body> {
+async fn respond(req: Request<Incoming>, streamed: Arc<AtomicU64>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let size = req
         .uri()
@@ -105,6 +112,54 @@ async fn respond(req: Request<Incoming>) -> Response<Body> {
             cc(b, "max-age=60")
                 .header("vary", "Accept-Language")
                 .body(full(format!("language={lang}")))
+        }
+        // Varies on X-V and says what X-V it saw (its raw bytes, escaped); "/vary-xv/slow"
+        // answers after 300 ms.
+        "vary-xv" => {
+            let xv = req.headers().get("x-v").map_or("none".to_string(), |v| {
+                v.as_bytes().escape_ascii().to_string()
+            });
+            if path.ends_with("/slow") {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            cc(b, "max-age=60")
+                .header("vary", "X-V")
+                .body(full(format!("x-v={xv}")))
+        }
+        // `size` bytes made as they are read (64 KiB at a time, never more than two chunks
+        // ahead), counted in `streamed`; never stored.
+        "stream" => {
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            tokio::spawn(async move {
+                let chunk = Bytes::from(vec![b's'; 65_536]);
+                let mut left = size;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if tx.send(Ok(Frame::data(chunk.slice(..n)))).await.is_err() {
+                        break;
+                    }
+                    streamed.fetch_add(n as u64, Ordering::Relaxed);
+                    left -= n;
+                }
+            });
+            cc(b, "no-store")
+                .header("content-length", size)
+                .body(StreamBody::new(ReceiverStream(rx)).boxed())
+        }
+        // 204 No Content, cacheable.
+        "nocontent" => {
+            b = b.status(StatusCode::NO_CONTENT);
+            cc(b, "max-age=60").body(full(""))
+        }
+        // Echoes every request header it received, one per line, sorted.
+        "headers" => {
+            let mut lines: Vec<String> = req
+                .headers()
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", v.as_bytes().escape_ascii()))
+                .collect();
+            lines.sort();
+            cc(b, "max-age=60").body(full(lines.join("\n")))
         }
         "echo" => {
             let xfh = req
@@ -177,23 +232,27 @@ pub async fn start() -> TestOrigin {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let counts: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let streamed: Arc<AtomicU64> = Arc::default();
     let c = counts.clone();
+    let st = streamed.clone();
     let task = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
             let c = c.clone();
+            let st = st.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let c = c.clone();
+                    let st = st.clone();
                     async move {
                         let key = req
                             .uri()
                             .path_and_query()
                             .map_or("/".to_string(), |p| p.as_str().to_string());
                         *c.lock().unwrap().entry(key).or_default() += 1;
-                        Ok::<_, Infallible>(respond(req).await)
+                        Ok::<_, Infallible>(respond(req, st).await)
                     }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -202,5 +261,10 @@ pub async fn start() -> TestOrigin {
             });
         }
     });
-    TestOrigin { addr, counts, task }
+    TestOrigin {
+        addr,
+        counts,
+        streamed,
+        task,
+    }
 }

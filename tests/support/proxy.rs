@@ -9,6 +9,9 @@ use hyper_util::rt::TokioExecutor;
 use secondhit::clock::ManualClock;
 use secondhit::config::Config;
 use secondhit::server::{self, Running};
+
+#[allow(unused_imports)]
+pub use secondhit::server::Running as RunningProxy;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,4 +121,42 @@ pub async fn admin(addr: SocketAddr, path: &str, post: bool) -> (StatusCode, Str
     let status = resp.status();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Sends one request over a fresh cleartext HTTP/2 connection (prior knowledge), exactly as
+/// built: a URI without an authority sends no `:authority`.
+pub async fn h2(addr: SocketAddr, req: Request<Full<Bytes>>) -> Got {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(req))
+        .await
+        .expect("answered within 10 s")
+        .expect("a response");
+    let (parts, body) = resp.into_parts();
+    let body = match tokio::time::timeout(Duration::from_secs(10), body.collect()).await {
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("body timed out".into()),
+    };
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// The proxy process's resident memory, in bytes (Linux).
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
