@@ -57,6 +57,9 @@ fn splitmix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Bodies larger than this are made and sent in chunks of this size.
+const STREAM_ABOVE: u64 = 64 * 1024;
+
 /// The synthetic origin's settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OriginOptions {
@@ -152,7 +155,9 @@ impl OriginOptions {
 pub struct OriginStats {
     /// Requests for objects (not `/_stats`).
     pub requests: u64,
-    /// Body bytes sent (as announced; a cut-off body counts what was sent).
+    /// Body bytes sent: bodies up to 64 KiB count when their response is made; larger ones
+    /// count as each 64 KiB chunk is handed to the connection, so a client that leaves early
+    /// shows; a cut-off body counts what was sent.
     pub bytes: u64,
     /// Responses with injected faults.
     pub faults: u64,
@@ -312,6 +317,26 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
     b = b.status(status).header(header::CONTENT_LENGTH, len);
     if req.method() == Method::HEAD {
         return b.body(empty()).unwrap_or_else(|_| Response::new(full("")));
+    }
+    if matches!(fault, Fault::None | Fault::Error) && len > STREAM_ABOVE {
+        // Made as the connection takes it, and counted as it goes: a client that leaves early
+        // shows in `bytes`, and a large object costs no more memory than a few chunks.
+        let (tx, rx) = channel(2, None, None);
+        let counters = Arc::clone(&shared.counters);
+        tokio::spawn(async move {
+            let mut offset = start;
+            let end = start + len;
+            while offset < end {
+                let n = (end - offset).min(STREAM_ABOVE);
+                let chunk = Bytes::from(content(&path, offset, n as usize));
+                if tx.send(Frame::data(chunk)).await.is_err() {
+                    break;
+                }
+                counters.bytes.fetch_add(n, Relaxed);
+                offset += n;
+            }
+        });
+        return b.body(rx.boxed()).unwrap_or_else(|_| Response::new(full("")));
     }
     let body = Bytes::from(content(&path, start, len as usize));
     let body = match fault {
