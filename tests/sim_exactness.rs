@@ -78,13 +78,15 @@ fn reference_hits(requests: &[Request], capacity: u64, seen_before: bool) -> u64
     hits
 }
 
+/// The bundled traces, and the team's shared ones where present (see `support::shared`).
 fn traces() -> Vec<PathBuf> {
-    vec![
+    let mut t = vec![
         bundled("request.trace.xz"),
         bundled("trace-mt-20130703.trc.bin.gz"),
-        shared("cloud_photos-sample.bz2"),
-        shared("cloudPhysicsIO.oracleGeneral.bin"),
-    ]
+    ];
+    t.extend(shared("cloud_photos-sample.bz2"));
+    t.extend(shared("cloudPhysicsIO.oracleGeneral.bin"));
+    t
 }
 
 fn load(path: &Path) -> Vec<Request> {

@@ -10,19 +10,32 @@ pub fn bundled(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A trace in the team's `../shared/traces/` (beside the repository, also in CI).
-pub fn shared(name: &str) -> PathBuf {
+/// The environment variable that makes a missing shared trace a failure (CI sets it).
+pub const REQUIRE_SHARED: &str = "SECONDHIT_REQUIRE_SHARED_TRACES";
+
+/// A trace in the team's `../shared/traces/` (beside the repository in the team's checkouts
+/// and in CI), or `None` when it is not there: a newcomer's clone has no `shared/`, and its
+/// tests run on the bundled traces and say which ones they skipped. With
+/// `SECONDHIT_REQUIRE_SHARED_TRACES=1` (as `.ci/run` sets) a missing trace fails the test.
+pub fn shared(name: &str) -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join("shared")
         .join("traces")
         .join(name);
+    if p.exists() {
+        return Some(p);
+    }
     assert!(
-        p.exists(),
-        "{} is missing: the tests expect the team's shared/ folder beside the repository",
+        std::env::var_os(REQUIRE_SHARED).is_none_or(|v| v.is_empty() || v == "0"),
+        "{} is missing and {REQUIRE_SHARED} is set: put the team's shared/ folder beside the repository",
         p.display()
     );
-    p
+    eprintln!(
+        "skipped: {} is not present (the team's shared traces; set {REQUIRE_SHARED}=1 to require them)",
+        p.display()
+    );
+    None
 }
 
 /// The `secondhit` binary built for these tests.
