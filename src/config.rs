@@ -1,19 +1,25 @@
-//! `serve`'s configuration: a serde struct with defaults for everything, read from TOML, then
-//! overridden by command-line flags, then checked by [`Config::validate`]. See
-//! `secondhit.example.toml` for a commented sample.
+//! `serve`'s configuration, parsed once into types: read from TOML (every field has a default),
+//! overridden by command-line flags ([`Overrides`]), then checked across fields by
+//! [`Config::validate`], which yields the [`ValidConfig`] the server is built from. A value that
+//! cannot be its type (a policy name, a size, a host, an origin URL) is refused while parsing,
+//! in one line naming the file, the line, the field and the value. See `secondhit.example.toml`.
 
 use crate::admission::{Policy, Settings};
 use crate::bloom::Layout;
-use crate::http_cache::StoreRules;
+use crate::http_cache::{StoreRules, DEFAULT_FORWARDED_REQUEST_HEADERS};
+use crate::proxy::authority::Host;
 use crate::store::Eviction;
 use crate::units;
+use http::HeaderName;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::str::FromStr;
 use std::time::Duration;
 
-/// Why a configuration was refused. Messages name the field and the value.
+/// Why a configuration was refused. Messages name the file or field and the value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
@@ -24,20 +30,20 @@ pub enum ConfigError {
         /// The cause.
         source: std::io::Error,
     },
-    /// TOML syntax or a field of the wrong type (the message gives line and column).
+    /// TOML syntax, or a field whose value cannot be its type.
     #[error("{path}: {message}")]
     Parse {
         /// The file.
         path: String,
-        /// What the TOML parser said.
+        /// Where and what: `line 3: admission.policy = "third-hit": unknown admission policy ...`.
         message: String,
     },
-    /// A value that parses but makes no sense.
+    /// Values that parse but do not make sense together.
     #[error("config: {field}: {message}")]
     Invalid {
-        /// The field, dotted (`cache.capacity`).
+        /// The field, dotted (`cache.max_object_size`).
         field: &'static str,
-        /// What is wrong, with the value.
+        /// What is wrong, with the values.
         message: String,
     },
 }
@@ -47,6 +53,17 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
         field,
         message: message.into(),
     }
+}
+
+/// Deserialises a string with the type's `FromStr`.
+fn de_parse<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
 }
 
 fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -62,9 +79,44 @@ fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
 }
 
-fn de_bytes_usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+fn de_nonzero_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match de_bytes(d)? {
+        0 => Err(serde::de::Error::custom("must be more than 0 bytes")),
+        n => Ok(n),
+    }
+}
+
+fn de_opt_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    de_nonzero_bytes(d).map(Some)
+}
+
+/// A buffer size that HTTP/1 parsing can work with (at least 8 KiB).
+fn de_buffer<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = de_bytes(d)?;
+    if n < 8192 {
+        return Err(serde::de::Error::custom(format!(
+            "{n} is below the 8192 bytes HTTP/1 parsing needs"
+        )));
+    }
+    usize::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} bytes is too large")))
+}
+
+/// A per-response budget: between 1 byte and 4 GiB.
+fn de_budget<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = de_nonzero_bytes(d)?;
+    u32::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} is more than 4 GiB")))
+}
+
+fn de_usize_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     let n = de_bytes(d)?;
     usize::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} bytes is too large")))
+}
+
+fn de_at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("must be at least 1")),
+        n => Ok(n),
+    }
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -90,6 +142,50 @@ fn de_ttl<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error>
     }
 }
 
+fn de_opt_origin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OriginUrl>, D::Error> {
+    de_parse(d).map(Some)
+}
+
+fn de_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, OriginUrl>, D::Error> {
+    let raw = BTreeMap::<String, String>::deserialize(d)?;
+    let mut hosts = BTreeMap::new();
+    for (host, url) in raw {
+        let h = Host::parse(host.trim().as_bytes(), 80)
+            .map_err(|e| serde::de::Error::custom(format!("{host:?} is not a host: {e}")))?;
+        let url: OriginUrl = url
+            .parse()
+            .map_err(|e| serde::de::Error::custom(format!("{host:?}: {e}")))?;
+        if hosts.insert(h.as_str().to_string(), url).is_some() {
+            return Err(serde::de::Error::custom(format!(
+                "{host:?} is the same host as another entry ({})",
+                h.as_str()
+            )));
+        }
+    }
+    Ok(hosts)
+}
+
+fn de_statuses<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u16>, D::Error> {
+    let statuses = Vec::<u16>::deserialize(d)?;
+    if let Some(bad) = statuses.iter().find(|s| !(100..=599).contains(*s)) {
+        return Err(serde::de::Error::custom(format!(
+            "{bad} is not an HTTP status"
+        )));
+    }
+    Ok(statuses)
+}
+
+fn de_header_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<HeaderName>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|name| {
+            HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                serde::de::Error::custom(format!("{name:?} is not a header field name"))
+            })
+        })
+        .collect()
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -99,9 +195,12 @@ pub struct Config {
     /// Address of the admin listener (`/metrics`, `/healthz`, purge). Keep it on loopback.
     pub admin_listen: SocketAddr,
     /// The default origin, `http://host:port`, for requests whose Host has no entry in `hosts`.
-    pub origin: Option<String>,
-    /// Per-Host origins: `"img.example.com" = "http://10.0.0.5:8080"`.
-    pub hosts: BTreeMap<String, String>,
+    #[serde(deserialize_with = "de_opt_origin")]
+    pub origin: Option<OriginUrl>,
+    /// Per-Host origins: `"img.example.com" = "http://10.0.0.5:8080"`, keyed by the normalised
+    /// host (`IMG.example.com.` and `img.example.com:80` are `img.example.com`).
+    #[serde(deserialize_with = "de_hosts")]
+    pub hosts: BTreeMap<String, OriginUrl>,
     /// The cache.
     pub cache: CacheConfig,
     /// The admission policy.
@@ -134,12 +233,13 @@ impl Default for Config {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
-    /// Capacity in bytes (body plus headers of every entry): `256MiB`.
-    #[serde(deserialize_with = "de_bytes")]
+    /// Capacity in bytes (key, headers, body and bookkeeping of every entry): `256MiB`.
+    #[serde(deserialize_with = "de_nonzero_bytes")]
     pub capacity: u64,
-    /// Larger responses are streamed through and never stored.
-    #[serde(deserialize_with = "de_bytes")]
-    pub max_object_size: u64,
+    /// Larger responses are streamed through and never stored. Unset: the smaller of 16 MiB
+    /// and the capacity ([`CacheConfig::max_object_size`]).
+    #[serde(deserialize_with = "de_opt_bytes")]
+    pub max_object_size: Option<u64>,
     /// moka's eviction policy: `lru`, or `tinylfu` (which stacks moka's own frequency filter on
     /// top of the admission policy).
     pub eviction: Eviction,
@@ -148,6 +248,7 @@ pub struct CacheConfig {
     #[serde(deserialize_with = "de_ttl")]
     pub default_ttl: Option<Duration>,
     /// Statuses that may be stored.
+    #[serde(deserialize_with = "de_statuses")]
     pub statuses: Vec<u16>,
     /// Store responses that carry `Set-Cookie` (the cookie goes to every client).
     pub store_set_cookie: bool,
@@ -156,7 +257,8 @@ pub struct CacheConfig {
     /// The request fields a GET or HEAD may pass to the origin; every other field is dropped,
     /// so no input outside the cache key can shape a stored response (hop-by-hop fields are
     /// always dropped; `Host`, `Via` and `X-Forwarded-For` are always set by the proxy).
-    pub forwarded_request_headers: Vec<String>,
+    #[serde(deserialize_with = "de_header_names")]
+    pub forwarded_request_headers: Vec<HeaderName>,
     /// Weigh entries by body only and run moka's maintenance after every write and every 32
     /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
     /// Slower; for agreement runs (`secondhit demo`), not for production.
@@ -167,15 +269,15 @@ impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
             capacity: 256 << 20,
-            max_object_size: 16 << 20,
+            max_object_size: None,
             eviction: Eviction::Lru,
             default_ttl: None,
             statuses: StoreRules::default().statuses,
             store_set_cookie: false,
             bypass_cookie_requests: false,
-            forwarded_request_headers: crate::http_cache::DEFAULT_FORWARDED_REQUEST_HEADERS
+            forwarded_request_headers: DEFAULT_FORWARDED_REQUEST_HEADERS
                 .iter()
-                .map(|s| s.to_string())
+                .map(|s| HeaderName::from_static(s))
                 .collect(),
             lab_mode: false,
         }
@@ -183,19 +285,13 @@ impl Default for CacheConfig {
 }
 
 impl CacheConfig {
-    /// `forwarded_request_headers` as field names.
-    pub fn forwarded_request_headers(&self) -> Result<Vec<http::HeaderName>, ConfigError> {
-        self.forwarded_request_headers
-            .iter()
-            .map(|name| {
-                http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-                    invalid(
-                        "cache.forwarded_request_headers",
-                        format!("{name:?} is not a header field name"),
-                    )
-                })
-            })
-            .collect()
+    /// The default largest object: 16 MiB, or the capacity if that is smaller.
+    pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 16 << 20;
+
+    /// The largest object stored: as set, or the smaller of 16 MiB and the capacity.
+    pub fn max_object_size(&self) -> u64 {
+        self.max_object_size
+            .unwrap_or(Self::DEFAULT_MAX_OBJECT_SIZE.min(self.capacity))
     }
 }
 
@@ -204,7 +300,8 @@ impl CacheConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct AdmissionConfig {
     /// `admit-all`, `second-hit`, `second-hit-exact`, `nth-hit:N`, `nth-hit-exact:N`.
-    pub policy: String,
+    #[serde(deserialize_with = "de_parse")]
+    pub policy: Policy,
     /// Generation window: `1h`, `30m`, or `inf`.
     #[serde(deserialize_with = "de_opt_duration")]
     pub window: Option<Duration>,
@@ -213,48 +310,32 @@ pub struct AdmissionConfig {
     /// Target false-positive rate per generation.
     pub fpr: f64,
     /// `blocked` or `standard`.
-    pub layout: String,
+    #[serde(deserialize_with = "de_parse")]
+    pub layout: Layout,
 }
 
 impl Default for AdmissionConfig {
     fn default() -> Self {
         let s = Settings::default();
         AdmissionConfig {
-            policy: Policy::SecondHit.to_string(),
+            policy: Policy::SecondHit,
             window: s.window,
             expected_items: s.expected_items,
             fpr: s.fpr,
-            layout: s.layout.to_string(),
+            layout: s.layout,
         }
     }
 }
 
 impl AdmissionConfig {
-    /// The policy and its settings.
-    pub fn build(&self) -> Result<(Policy, Settings), ConfigError> {
-        let policy: Policy = self
-            .policy
-            .parse()
-            .map_err(|e: crate::admission::PolicyError| {
-                invalid("admission.policy", e.to_string())
-            })?;
-        let layout: Layout = self
-            .layout
-            .parse()
-            .map_err(|e: crate::bloom::ParamError| invalid("admission.layout", e.to_string()))?;
-        let settings = Settings {
+    /// The filter settings.
+    pub fn settings(&self) -> Settings {
+        Settings {
             window: self.window,
             expected_items: self.expected_items,
             fpr: self.fpr,
-            layout,
-        };
-        // Check the filter's parameters without allocating it (exact policies have none).
-        if policy.is_approximate() {
-            settings
-                .filter_params()
-                .map_err(|e| invalid("admission", format!("filter settings: {e}")))?;
+            layout: self.layout,
         }
-        Ok((policy, settings))
     }
 }
 
@@ -272,7 +353,9 @@ pub struct Timeouts {
     /// Idle pooled origin connections are closed after this.
     #[serde(deserialize_with = "de_duration")]
     pub origin_idle: Duration,
-    /// A client must send its request headers within this (slow-loris guard).
+    /// A client must send its request headers within this, counted from the connection's
+    /// start and, on keep-alive connections, from the previous response (slow-loris and idle
+    /// guard); also the longest wait for each piece of a request body read ahead.
     #[serde(deserialize_with = "de_duration")]
     pub client_header: Duration,
     /// How long a request waits for another request's fetch of the same object before going to
@@ -302,28 +385,30 @@ impl Default for Timeouts {
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Client connections served at once; more wait in the kernel's accept queue.
+    #[serde(deserialize_with = "de_at_least_one")]
     pub max_connections: usize,
     /// Request URIs longer than this get 414.
     pub max_uri_bytes: usize,
     /// Request headers larger than this (all together) get 431.
+    #[serde(deserialize_with = "de_buffer")]
     pub max_header_bytes: usize,
     /// Requests with more header fields than this get 431.
     pub max_headers: usize,
     /// An origin response whose header block is larger than this is a 502; also the largest
-    /// body chunk read from an origin at once (at least 8 KiB).
-    #[serde(deserialize_with = "de_bytes_usize")]
+    /// body chunk read from an origin at once.
+    #[serde(deserialize_with = "de_buffer")]
     pub max_origin_header_bytes: usize,
     /// Bytes of a response the client has not yet taken; past it the origin is read no faster
     /// than the client reads (so a slow reader holds at most this much).
-    #[serde(deserialize_with = "de_bytes_usize")]
-    pub stream_buffer_bytes: usize,
+    #[serde(deserialize_with = "de_budget")]
+    pub stream_buffer_bytes: u32,
     /// Bytes of all the response bodies being stored at once; a response that would go past it
     /// is served but not stored (`secondhit_cache_write_over_budget_total`).
-    #[serde(deserialize_with = "de_bytes")]
+    #[serde(deserialize_with = "de_nonzero_bytes")]
     pub store_buffer_bytes: u64,
     /// A request body is read this far before the origin is contacted, so that a malformed or
     /// cut-off body is the client's 400 and never costs an origin connection.
-    #[serde(deserialize_with = "de_bytes_usize")]
+    #[serde(deserialize_with = "de_usize_bytes")]
     pub request_body_buffer_bytes: usize,
 }
 
@@ -342,12 +427,72 @@ impl Default for Limits {
     }
 }
 
+/// A log level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// And warnings.
+    Warn,
+    /// And start, stop and (with `access_log`) one line per request.
+    Info,
+    /// And per-connection detail.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The name, as `RUST_LOG` takes it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+impl FromStr for LogLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim() {
+            "error" => LogLevel::Error,
+            "warn" => LogLevel::Warn,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            "trace" => LogLevel::Trace,
+            other => {
+                return Err(format!(
+                    "{other:?}: expected error, warn, info, debug or trace"
+                ))
+            }
+        })
+    }
+}
+
+impl TryFrom<String> for LogLevel {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `[log]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `error`, `warn`, `info`, `debug` or `trace` (the `RUST_LOG` variable overrides it).
-    pub level: String,
+    pub level: LogLevel,
     /// One line per request at info level, target `secondhit::access`.
     pub access_log: bool,
 }
@@ -355,41 +500,128 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            level: "info".into(),
+            level: LogLevel::Info,
             access_log: false,
         }
     }
 }
 
+/// Why an origin URL was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginUrlError {
+    /// Not a URL.
+    #[error("{0:?} is not a URL: expected http://host:port")]
+    NotUrl(String),
+    /// Not `http://`.
+    #[error(
+        "{0:?}: only http:// origins are supported (put TLS in front of secondhit, not behind it)"
+    )]
+    Scheme(String),
+    /// No host.
+    #[error("{0:?} has no host")]
+    NoHost(String),
+    /// A path or query.
+    #[error("{0:?}: an origin is scheme://host:port, without a path")]
+    Path(String),
+}
+
 /// A parsed origin: `http://host:port`, no path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OriginUrl {
-    /// `host:port` to connect to and send as Host.
+    /// `host:port` to connect to.
     pub authority: http::uri::Authority,
 }
 
-impl OriginUrl {
-    /// Parses and checks an origin URL, naming `field` in errors.
-    pub fn parse(field: &'static str, url: &str) -> Result<OriginUrl, ConfigError> {
+impl FromStr for OriginUrl {
+    type Err = OriginUrlError;
+    fn from_str(url: &str) -> Result<Self, OriginUrlError> {
         let uri: http::Uri = url
             .parse()
-            .map_err(|e| invalid(field, format!("{url:?} is not a URL: {e}")))?;
+            .map_err(|_| OriginUrlError::NotUrl(url.into()))?;
         if uri.scheme_str() != Some("http") {
-            return Err(invalid(
-                field,
-                format!("{url:?}: only http:// origins are supported (put TLS in front of secondhit, not behind it)"),
-            ));
+            return Err(OriginUrlError::Scheme(url.into()));
         }
         let Some(authority) = uri.authority().cloned() else {
-            return Err(invalid(field, format!("{url:?} has no host")));
+            return Err(OriginUrlError::NoHost(url.into()));
         };
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-            return Err(invalid(
-                field,
-                format!("{url:?}: an origin is scheme://host:port, without a path"),
-            ));
+            return Err(OriginUrlError::Path(url.into()));
         }
         Ok(OriginUrl { authority })
+    }
+}
+
+impl fmt::Display for OriginUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}", self.authority)
+    }
+}
+
+/// Command-line flags that override the file (`secondhit serve --help`).
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct Overrides {
+    /// Public listener address.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Admin listener address (/metrics, /healthz, purge); keep it on loopback.
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Default origin, http://host:port.
+    #[arg(long)]
+    pub origin: Option<OriginUrl>,
+    /// Cache capacity (bytes or with a unit: 256MiB).
+    #[arg(long, value_parser = parse_nonzero_bytes)]
+    pub capacity: Option<u64>,
+    /// Largest object stored (bytes or with a unit); default: the smaller of 16 MiB and the
+    /// capacity.
+    #[arg(long, value_parser = parse_nonzero_bytes)]
+    pub max_object_size: Option<u64>,
+    /// Admission policy: admit-all, second-hit, second-hit-exact, nth-hit:N, nth-hit-exact:N.
+    #[arg(long)]
+    pub policy: Option<Policy>,
+    /// Admission window (1h, 30m, inf).
+    #[arg(long, value_parser = parse_window)]
+    pub window: Option<Window>,
+    /// Distinct keys per filter generation.
+    #[arg(long)]
+    pub expected_items: Option<u64>,
+    /// Target false-positive rate per generation.
+    #[arg(long)]
+    pub fpr: Option<f64>,
+    /// moka eviction: lru or tinylfu.
+    #[arg(long)]
+    pub eviction: Option<Eviction>,
+    /// Log level: error, warn, info, debug, trace (RUST_LOG overrides).
+    #[arg(long)]
+    pub log_level: Option<LogLevel>,
+    /// Log one line per request.
+    #[arg(long)]
+    pub access_log: bool,
+}
+
+/// A window flag: `None` never rotates on time.
+#[derive(Clone, Copy, Debug)]
+pub struct Window(pub Option<Duration>);
+
+fn parse_window(s: &str) -> Result<Window, String> {
+    units::parse_duration(s).map(Window)
+}
+
+fn parse_nonzero_bytes(s: &str) -> Result<u64, String> {
+    match units::parse_bytes(s)? {
+        0 => Err(format!("{s:?}: must be more than 0 bytes")),
+        n => Ok(n),
+    }
+}
+
+/// A configuration that passed [`Config::validate`]: what the server is built from.
+#[derive(Clone, Debug)]
+pub struct ValidConfig(Config);
+
+impl std::ops::Deref for ValidConfig {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.0
     }
 }
 
@@ -400,36 +632,68 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|e| match e {
-            ConfigError::Parse { message, .. } => ConfigError::Parse {
-                path: path.display().to_string(),
-                message,
-            },
-            other => other,
-        })
+        Self::parse(&path.display().to_string(), &text)
     }
 
     /// Parses TOML text.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Self::parse("config", text)
+    }
+
+    fn parse(path: &str, text: &str) -> Result<Config, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: "config".into(),
-            message: e.to_string().trim_end().replace('\n', " "),
+            path: path.into(),
+            message: describe(text, &e),
         })
     }
 
-    /// Checks everything that parsing cannot: names the field and the value.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Applies command-line flags over the file's values.
+    pub fn apply(&mut self, o: Overrides) {
+        if let Some(v) = o.listen {
+            self.listen = v;
+        }
+        if let Some(v) = o.admin_listen {
+            self.admin_listen = v;
+        }
+        if let Some(v) = o.origin {
+            self.origin = Some(v);
+        }
+        if let Some(v) = o.capacity {
+            self.cache.capacity = v;
+        }
+        if let Some(v) = o.max_object_size {
+            self.cache.max_object_size = Some(v);
+        }
+        if let Some(v) = o.policy {
+            self.admission.policy = v;
+        }
+        if let Some(v) = o.window {
+            self.admission.window = v.0;
+        }
+        if let Some(v) = o.expected_items {
+            self.admission.expected_items = v;
+        }
+        if let Some(v) = o.fpr {
+            self.admission.fpr = v;
+        }
+        if let Some(v) = o.eviction {
+            self.cache.eviction = v;
+        }
+        if let Some(v) = o.log_level {
+            self.log.level = v;
+        }
+        if o.access_log {
+            self.log.access_log = true;
+        }
+    }
+
+    /// Checks what no single field can: names the fields and the values.
+    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         if self.origin.is_none() && self.hosts.is_empty() {
             return Err(invalid(
                 "origin",
                 "no origin configured: set origin = \"http://host:port\" (or --origin), or [hosts]",
             ));
-        }
-        if let Some(o) = &self.origin {
-            OriginUrl::parse("origin", o)?;
-        }
-        for url in self.hosts.values() {
-            OriginUrl::parse("hosts", url)?;
         }
         if self.listen == self.admin_listen && self.listen.port() != 0 {
             return Err(invalid(
@@ -438,85 +702,40 @@ impl Config {
             ));
         }
         let c = &self.cache;
-        if c.capacity == 0 {
-            return Err(invalid("cache.capacity", "must be more than 0 bytes"));
-        }
-        if c.max_object_size == 0 || c.max_object_size > c.capacity {
+        let max = c.max_object_size();
+        if max > c.capacity {
             return Err(invalid(
                 "cache.max_object_size",
                 format!(
-                    "{} must be between 1 byte and cache.capacity ({})",
-                    c.max_object_size, c.capacity
+                    "{max} is more than cache.capacity ({}): no object that large could be stored",
+                    c.capacity
                 ),
             ));
         }
-        if c.max_object_size > u64::from(u32::MAX) {
+        if max > u64::from(u32::MAX) {
             return Err(invalid(
                 "cache.max_object_size",
-                format!(
-                    "{} is more than the 4 GiB an entry can weigh",
-                    c.max_object_size
-                ),
+                format!("{max} is more than the 4 GiB an entry can weigh"),
             ));
         }
-        if let Some(bad) = c.statuses.iter().find(|s| !(100..=599).contains(*s)) {
-            return Err(invalid(
-                "cache.statuses",
-                format!("{bad} is not an HTTP status"),
-            ));
-        }
-        self.admission.build()?;
-        if self.limits.max_connections == 0 {
-            return Err(invalid("limits.max_connections", "must be at least 1"));
-        }
-        if self.limits.max_header_bytes < 8192 {
-            return Err(invalid(
-                "limits.max_header_bytes",
-                format!(
-                    "{} is below the 8192 bytes HTTP/1 parsing needs",
-                    self.limits.max_header_bytes
-                ),
-            ));
-        }
-        self.cache.forwarded_request_headers()?;
-        let l = &self.limits;
-        if l.max_origin_header_bytes < 8192 {
-            return Err(invalid(
-                "limits.max_origin_header_bytes",
-                format!(
-                    "{} is below the 8192 bytes HTTP/1 parsing needs",
-                    l.max_origin_header_bytes
-                ),
-            ));
-        }
-        if l.stream_buffer_bytes == 0 || l.stream_buffer_bytes > u32::MAX as usize {
-            return Err(invalid(
-                "limits.stream_buffer_bytes",
-                format!("{} must be between 1 byte and 4 GiB", l.stream_buffer_bytes),
-            ));
-        }
-        if l.store_buffer_bytes < c.max_object_size {
+        if self.limits.store_buffer_bytes < max {
             return Err(invalid(
                 "limits.store_buffer_bytes",
                 format!(
-                    "{} is less than cache.max_object_size ({}): the largest object could never be stored",
-                    l.store_buffer_bytes, c.max_object_size
+                    "{} is less than cache.max_object_size ({max}): the largest object could never be stored",
+                    self.limits.store_buffer_bytes
                 ),
             ));
         }
-        if !matches!(
-            self.log.level.as_str(),
-            "error" | "warn" | "info" | "debug" | "trace"
-        ) {
-            return Err(invalid(
-                "log.level",
-                format!(
-                    "{:?}: expected error, warn, info, debug or trace",
-                    self.log.level
-                ),
-            ));
+        // The filter's size comes from expected_items and fpr together; check it without
+        // allocating the filter (exact policies have none).
+        if self.admission.policy.is_approximate() {
+            self.admission
+                .settings()
+                .filter_params()
+                .map_err(|e| invalid("admission", format!("filter settings: {e}")))?;
         }
-        Ok(())
+        Ok(ValidConfig(self))
     }
 
     /// The store rules of `[cache]`.
@@ -529,6 +748,36 @@ impl Config {
     }
 }
 
+/// One line for a TOML error: `line N: table.key = value: what is wrong`.
+fn describe(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let start = span.start.min(text.len());
+    let line_no = text[..start].matches('\n').count() + 1;
+    let line = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let this_line = text[line..].lines().next().unwrap_or("").trim();
+    // The table the line belongs to: the last `[header]` above it.
+    let table = text[..line]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    match this_line.split_once('=') {
+        Some((key, value)) if !this_line.starts_with('[') => {
+            let key = key.trim().trim_matches('"');
+            let field = match table {
+                Some(t) => format!("{t}.{key}"),
+                None => key.to_string(),
+            };
+            format!("line {line_no}: {field} = {}: {message}", value.trim())
+        }
+        _ => format!("line {line_no}: {this_line}: {message}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,9 +785,9 @@ mod tests {
     #[test]
     fn the_sample_file_parses_and_validates() {
         let text = include_str!("../secondhit.example.toml");
-        let c = Config::from_toml(text).unwrap();
-        c.validate().unwrap();
+        let c = Config::from_toml(text).unwrap().validate().unwrap();
         assert_eq!(c.cache.capacity, 256 << 20);
+        assert_eq!(c.cache.max_object_size(), 16 << 20);
         assert_eq!(c.admission.window, Some(Duration::from_secs(3600)));
         assert_eq!(c.hosts.len(), 1);
     }
@@ -546,18 +795,45 @@ mod tests {
     #[test]
     fn defaults_are_simulate_defaults() {
         let c = Config {
-            origin: Some("http://127.0.0.1:1".into()),
+            origin: Some("http://127.0.0.1:1".parse().unwrap()),
             ..Config::default()
         };
-        c.validate().unwrap();
-        let (policy, settings) = c.admission.build().unwrap();
-        assert_eq!(policy, Policy::SecondHit);
-        assert_eq!(settings, Settings::default());
+        let c = c.validate().unwrap();
+        assert_eq!(c.admission.policy, Policy::SecondHit);
+        assert_eq!(c.admission.settings(), Settings::default());
         assert_eq!(c.cache.eviction, Eviction::Lru);
     }
 
     #[test]
-    fn errors_name_field_and_value() {
+    fn a_small_capacity_lowers_the_default_largest_object() {
+        let c = Config::from_toml("origin = \"http://x:1\"\n[cache]\ncapacity = \"10MB\"")
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(c.cache.max_object_size(), 10_000_000);
+        let c = Config::from_toml("origin = \"http://x:1\"\n[cache]\ncapacity = \"1GiB\"").unwrap();
+        assert_eq!(c.cache.max_object_size(), 16 << 20);
+    }
+
+    #[test]
+    fn hosts_are_keyed_by_their_normal_form() {
+        let c = Config::from_toml("[hosts]\n\"IMG.test.:80\" = \"http://127.0.0.1:2\"").unwrap();
+        assert_eq!(c.hosts.keys().collect::<Vec<_>>(), ["img.test"]);
+        let e = Config::from_toml("[hosts]\n\"a/b\" = \"http://127.0.0.1:2\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[hosts]") && e.contains("a/b") && e.contains("not a host"),
+            "{e}"
+        );
+        let e = Config::from_toml("[hosts]\n\"a\" = \"http://x:1\"\n\"A.\" = \"http://x:2\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("same host"), "{e}");
+    }
+
+    #[test]
+    fn errors_are_one_line_naming_line_field_and_value() {
         let e = Config::from_toml("listen = \"nowhere\"")
             .unwrap_err()
             .to_string();
@@ -565,9 +841,44 @@ mod tests {
         let e = Config::from_toml("[cache]\ncapacity = \"12 parsecs\"")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("parsecs"), "{e}");
+        assert!(e.contains("line 2: cache.capacity = \"12 parsecs\""), "{e}");
         let e = Config::from_toml("colour = 1").unwrap_err().to_string();
         assert!(e.contains("colour"), "{e}");
+        let e = Config::from_toml("origin = \"https://x:1\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("origin = \"https://x:1\"") && e.contains("only http://"),
+            "{e}"
+        );
+        let e = Config::from_toml("origin = \"http://x:1/path\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("without a path"), "{e}");
+        let e = Config::from_toml("[admission]\npolicy = \"third-hit\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("admission.policy = \"third-hit\""), "{e}");
+        assert!(e.contains("unknown admission policy"), "{e}");
+        let e = Config::from_toml("[log]\nlevel = \"loud\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("log.level") && e.contains("expected error, warn"),
+            "{e}"
+        );
+        let e = Config::from_toml("[cache]\nstatuses = [200, 700]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("700 is not an HTTP status"), "{e}");
+        let e = Config::from_toml("[limits]\nmax_connections = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("limits.max_connections") && e.contains("at least 1"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
         let check = |toml: &str| {
             Config::from_toml(toml)
                 .unwrap()
@@ -576,15 +887,6 @@ mod tests {
                 .to_string()
         };
         assert!(check("").contains("no origin configured"));
-        let e = check("origin = \"https://x:1\"");
-        assert!(e.contains("origin") && e.contains("only http://"), "{e}");
-        let e = check("origin = \"http://x:1/path\"");
-        assert!(e.contains("without a path"), "{e}");
-        let e = check("origin = \"http://x:1\"\n[admission]\npolicy = \"third-hit\"");
-        assert!(
-            e.contains("admission.policy") && e.contains("third-hit"),
-            "{e}"
-        );
         let e = check(
             "origin = \"http://x:1\"\n[cache]\ncapacity = \"1KiB\"\nmax_object_size = \"2KiB\"",
         );
@@ -594,5 +896,27 @@ mod tests {
         );
         let e = check("origin = \"http://x:1\"\n[admission]\nfpr = 3.0");
         assert!(e.contains("admission") && e.contains("got 3"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let mut c =
+            Config::from_toml("origin = \"http://x:1\"\n[admission]\npolicy = \"admit-all\"")
+                .unwrap();
+        c.apply(Overrides {
+            policy: Some(Policy::NthHit(3)),
+            capacity: Some(1 << 20),
+            window: Some(Window(None)),
+            log_level: Some(LogLevel::Warn),
+            ..Overrides::default()
+        });
+        assert_eq!(c.admission.policy, Policy::NthHit(3));
+        assert_eq!(
+            (c.cache.capacity, c.cache.max_object_size()),
+            (1 << 20, 1 << 20)
+        );
+        assert_eq!(c.admission.window, None);
+        assert_eq!(c.log.level, LogLevel::Warn);
+        assert_eq!(c.origin.unwrap().to_string(), "http://x:1");
     }
 }

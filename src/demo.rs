@@ -7,7 +7,7 @@
 
 use crate::admission::{Policy, Settings};
 use crate::clock::SystemClock;
-use crate::config::Config;
+use crate::config::{Config, OriginUrl};
 use crate::origin_server::{self, OriginOptions};
 use crate::replay::{self, ReplayOptions, ReplayReport};
 use crate::sim::{self, Capacities, Progress, RunResult};
@@ -78,6 +78,9 @@ pub enum DemoError {
     /// The synthetic origin could not start.
     #[error("origin: {0}")]
     Origin(#[from] crate::origin_server::OriginServerError),
+    /// The proxy's configuration was refused.
+    #[error("serve: {0}")]
+    Config(#[from] crate::config::ConfigError),
     /// The proxy could not start.
     #[error("serve: {0}")]
     Serve(#[from] crate::server::ServeError),
@@ -122,16 +125,20 @@ pub async fn run(
         let mut config = Config {
             listen: LOOPBACK_ANY,
             admin_listen: LOOPBACK_ANY,
-            origin: Some(format!("http://{}", origin.addr)),
+            origin: Some(OriginUrl {
+                authority: http::uri::Authority::try_from(origin.addr.to_string())
+                    .map_err(|e| DemoError::Panicked(format!("a loopback address: {e}")))?,
+            }),
             ..Config::default()
         };
         config.cache.capacity = capacity;
-        config.cache.max_object_size = capacity.min(u64::from(u32::MAX));
+        config.cache.max_object_size = Some(capacity.min(u64::from(u32::MAX)));
         config.cache.eviction = Eviction::Lru;
         config.cache.lab_mode = true;
-        config.admission.policy = policy.to_string();
+        config.admission.policy = policy;
         config.admission.window = None;
-        config.log.level = "warn".into();
+        config.limits.store_buffer_bytes = config.limits.store_buffer_bytes.max(capacity);
+        let config = config.validate()?;
         let proxy = crate::server::start(config, Arc::new(SystemClock::new())).await?;
         let target = http::Uri::try_from(format!("http://{}", proxy.addr))
             .map_err(|e| DemoError::Panicked(format!("a loopback URL did not parse: {e}")))?;

@@ -194,42 +194,8 @@ struct ServeArgs {
     /// TOML configuration file (see secondhit.example.toml); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Public listener address.
-    #[arg(long)]
-    listen: Option<std::net::SocketAddr>,
-    /// Admin listener address (/metrics, /healthz, purge); keep it on loopback.
-    #[arg(long)]
-    admin_listen: Option<std::net::SocketAddr>,
-    /// Default origin, http://host:port.
-    #[arg(long)]
-    origin: Option<String>,
-    /// Cache capacity (bytes or with a unit: 256MiB).
-    #[arg(long, value_parser = parse_bytes)]
-    capacity: Option<u64>,
-    /// Largest object stored (bytes or with a unit).
-    #[arg(long, value_parser = parse_bytes)]
-    max_object_size: Option<u64>,
-    /// Admission policy: admit-all, second-hit, second-hit-exact, nth-hit:N, nth-hit-exact:N.
-    #[arg(long)]
-    policy: Option<String>,
-    /// Admission window (1h, 30m, inf).
-    #[arg(long, value_parser = parse_window)]
-    window: Option<WindowArg>,
-    /// Distinct keys per filter generation.
-    #[arg(long)]
-    expected_items: Option<u64>,
-    /// Target false-positive rate per generation.
-    #[arg(long)]
-    fpr: Option<f64>,
-    /// moka eviction: lru or tinylfu.
-    #[arg(long)]
-    eviction: Option<Eviction>,
-    /// Log level: error, warn, info, debug, trace (RUST_LOG overrides).
-    #[arg(long)]
-    log_level: Option<String>,
-    /// Log one line per request.
-    #[arg(long)]
-    access_log: bool,
+    #[command(flatten)]
+    overrides: secondhit::config::Overrides,
 }
 
 #[derive(clap::Args, Debug)]
@@ -441,55 +407,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
-    if let Some(v) = args.listen {
-        config.listen = v;
-    }
-    if let Some(v) = args.admin_listen {
-        config.admin_listen = v;
-    }
-    if let Some(v) = args.origin {
-        config.origin = Some(v);
-    }
-    if let Some(v) = args.capacity {
-        config.cache.capacity = v;
-    }
-    if let Some(v) = args.max_object_size {
-        config.cache.max_object_size = v;
-    }
-    if let Some(v) = args.policy {
-        config.admission.policy = v;
-    }
-    if let Some(v) = args.window {
-        config.admission.window = v.0;
-    }
-    if let Some(v) = args.expected_items {
-        config.admission.expected_items = v;
-    }
-    if let Some(v) = args.fpr {
-        config.admission.fpr = v;
-    }
-    if let Some(v) = args.eviction {
-        config.cache.eviction = v;
-    }
-    if let Some(v) = args.log_level {
-        config.log.level = v;
-    }
-    if args.access_log {
-        config.log.access_log = true;
-    }
-    config.validate()?;
+    config.apply(args.overrides);
+    let config = config.validate()?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(config.log.level.as_str()));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    runtime()?.block_on(async move {
         let clock = std::sync::Arc::new(secondhit::clock::SystemClock::new());
         let running = secondhit::server::start(config, clock).await?;
         eprintln!(

@@ -2,7 +2,7 @@
 //! them. Only configured origins are ever contacted.
 
 use crate::body::ProxyBody;
-use crate::config::{Config, ConfigError, OriginUrl};
+use crate::config::Config;
 use crate::proxy::authority::Host;
 use http::uri::Authority;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -22,24 +22,14 @@ impl Origins {
     /// idle pooled connections closed after `origin_idle` (the pool needs a timer for that), and
     /// the client's read buffer capped at `limits.max_origin_header_bytes`, which bounds both an
     /// origin's header block and the size of each body chunk read from it.
-    pub fn new(config: &Config) -> Result<Origins, ConfigError> {
-        let default = match &config.origin {
-            Some(url) => Some(OriginUrl::parse("origin", url)?.authority),
-            None => None,
-        };
-        let mut hosts = HashMap::new();
-        for (host, url) in &config.hosts {
-            let host = Host::parse(host.trim().as_bytes(), 80).map_err(|e| {
-                crate::config::ConfigError::Invalid {
-                    field: "hosts",
-                    message: format!("{host:?}: {e}"),
-                }
-            })?;
-            hosts.insert(
-                host.as_str().to_string(),
-                OriginUrl::parse("hosts", url)?.authority,
-            );
-        }
+    pub fn new(config: &Config) -> Origins {
+        let default = config.origin.as_ref().map(|o| o.authority.clone());
+        // Keys are normalised hosts already (config::de_hosts).
+        let hosts: HashMap<String, Authority> = config
+            .hosts
+            .iter()
+            .map(|(host, url)| (host.clone(), url.authority.clone()))
+            .collect();
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.timeouts.connect));
         connector.set_nodelay(true);
@@ -48,11 +38,11 @@ impl Origins {
             .pool_timer(TokioTimer::new())
             .http1_max_buf_size(config.limits.max_origin_header_bytes)
             .build(connector);
-        Ok(Origins {
+        Origins {
             default,
             hosts,
             client,
-        })
+        }
     }
 
     /// The origin for a request's host: a `[hosts]` entry matching `host:port` or `host`, else
@@ -84,8 +74,7 @@ mod tests {
 
     fn origins(toml: &str) -> Origins {
         let c = Config::from_toml(toml).unwrap();
-        c.validate().unwrap();
-        Origins::new(&c).unwrap()
+        Origins::new(&c)
     }
 
     #[tokio::test]

@@ -336,7 +336,9 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
                 offset += n;
             }
         });
-        return b.body(rx.boxed()).unwrap_or_else(|_| Response::new(full("")));
+        return b
+            .body(rx.boxed())
+            .unwrap_or_else(|_| Response::new(full("")));
     }
     let body = Bytes::from(content(&path, start, len as usize));
     let body = match fault {

@@ -34,7 +34,7 @@ mod pump;
 use crate::admission::{Admission, Decision};
 use crate::body::{empty, ProxyBody};
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError};
+use crate::config::ValidConfig;
 use crate::hash::KeyHash;
 use crate::http_cache::{cache_key, request_plan, variant_key, RequestPlan, StoreRules};
 use crate::metrics::{Metrics, OriginError};
@@ -152,14 +152,13 @@ struct Answer {
 
 impl Proxy {
     /// Builds the proxy from a validated configuration. `clock` decides freshness and drives the
-    /// admission windows: the system clock in production, a manual one in tests.
-    pub fn new(config: &Config, clock: Arc<dyn Clock>) -> Result<Proxy, ConfigError> {
-        config.validate()?;
-        let (policy, settings) = config.admission.build()?;
-        let admission = settings.build(policy).map_err(|e| ConfigError::Invalid {
-            field: "admission",
-            message: e.to_string(),
-        })?;
+    /// admission windows: the system clock in production, a manual one in tests. Fails only if
+    /// the admission filter cannot be allocated as sized.
+    pub fn new(
+        config: &ValidConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Proxy, crate::admission::PolicyError> {
+        let admission = config.admission.settings().build(config.admission.policy)?;
         let lab = config.cache.lab_mode;
         let cache: Cache<String, Entry> =
             moka_builder::<String, Entry>(config.cache.capacity, config.cache.eviction)
@@ -169,22 +168,22 @@ impl Proxy {
                 .build();
         let l = &config.limits;
         Ok(Proxy {
-            origins: Origins::new(config)?,
+            origins: Origins::new(config),
             store: Maintained::new(cache, lab),
             admission,
             clock,
             inflight: Arc::default(),
             metrics: Metrics::default(),
             rules: config.store_rules(),
-            forwarded: config.cache.forwarded_request_headers()?,
+            forwarded: config.cache.forwarded_request_headers.clone(),
             check_rules: Rules {
                 scheme: "http",
                 default_port: 80,
                 max_uri: l.max_uri_bytes,
             },
             limits: BodyLimits {
-                max_object: config.cache.max_object_size,
-                stream_buffer: u32::try_from(l.stream_buffer_bytes).unwrap_or(u32::MAX),
+                max_object: config.cache.max_object_size(),
+                stream_buffer: l.stream_buffer_bytes,
                 request_ahead: l.request_body_buffer_bytes,
             },
             timeouts: PathTimeouts {

@@ -3,7 +3,7 @@
 
 use crate::body::{text, ProxyBody};
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError};
+use crate::config::ValidConfig;
 use crate::listener;
 use crate::proxy::Proxy;
 use http::{Method, Request, Response, StatusCode};
@@ -19,9 +19,9 @@ use tokio::task::JoinHandle;
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// Bad configuration.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
+    /// The admission filter could not be built as configured.
+    #[error("admission: {0}")]
+    Admission(#[from] crate::admission::PolicyError),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -56,7 +56,7 @@ impl Running {
 }
 
 /// Binds both listeners and starts serving.
-pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, ServeError> {
+pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running, ServeError> {
     let proxy = Arc::new(Proxy::new(&config, clock)?);
     let bind = |addr: SocketAddr| async move {
         let l = TcpListener::bind(addr)

@@ -319,6 +319,8 @@ async fn never_an_open_proxy() {
     let config = secondhit::config::Config::from_toml(&format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{toml}"
     ))
+    .unwrap()
+    .validate()
     .unwrap();
     let clock = std::sync::Arc::new(secondhit::clock::ManualClock::default());
     let p = secondhit::server::start(config, clock).await.unwrap();

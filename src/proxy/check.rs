@@ -138,7 +138,7 @@ mod tests {
             "origin = \"http://127.0.0.1:1000\"\n[hosts]\n\"img.test\" = \"http://127.0.0.1:2000\"",
         )
         .unwrap();
-        Origins::new(&c).unwrap()
+        Origins::new(&c)
     }
 
     const RULES: Rules = Rules {

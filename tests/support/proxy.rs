@@ -22,7 +22,9 @@ pub async fn start(origin: &str, extra: &str) -> (Running, Arc<ManualClock>) {
     let toml = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\norigin = \"{origin}\"\n{extra}"
     );
-    let config = Config::from_toml(&toml).unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::from_toml(&toml)
+        .and_then(Config::validate)
+        .unwrap_or_else(|e| panic!("{e}"));
     let clock = Arc::new(ManualClock::new(Duration::from_secs(1_000)));
     let running = server::start(config, clock.clone())
         .await
