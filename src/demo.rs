@@ -13,7 +13,7 @@ use crate::replay::{self, ReplayOptions, ReplayReport};
 use crate::sim::{self, Capacities, Progress, RunResult};
 use crate::store::{Eviction, StoreKind};
 use crate::trace::stats::{self, TraceStats};
-use crate::trace::{Reader, TraceError};
+use crate::trace::{Source, TraceError};
 use crate::units;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -99,15 +99,14 @@ pub enum DemoError {
 const LOOPBACK_ANY: std::net::SocketAddr =
     std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
-/// Runs the demo over the trace `open` opens.
+/// Runs the demo over `source`.
 pub async fn run(
-    trace_name: &str,
-    open: Arc<dyn Fn() -> Result<Reader, TraceError> + Send + Sync>,
+    source: &Source,
     options: &DemoOptions,
     progress: &dyn Progress,
 ) -> Result<DemoReport, DemoError> {
     let limit = usize::try_from(options.requests).unwrap_or(usize::MAX);
-    let summary = stats::collect(open()?.take(limit))?;
+    let summary = stats::collect(source.open()?.take(limit))?;
     let capacity =
         ((summary.working_set_bytes as f64 * options.capacity_fraction).floor() as u64).max(1);
     let origin = origin_server::start(OriginOptions {
@@ -146,7 +145,7 @@ pub async fn run(
         ro.concurrency = options.concurrency;
         ro.limit = Some(options.requests);
         ro.origin_stats = format!("http://{}/_stats", origin.addr).parse().ok();
-        let reader = open()?;
+        let reader = source.open()?;
         let live = replay::run(reader, &ro, progress).await?;
         let live_writes = proxy.proxy.metrics().stores();
         proxy.shutdown().await;
@@ -160,10 +159,9 @@ pub async fn run(
             threads: 1,
             limit: Some(options.requests),
         };
-        let open2 = Arc::clone(&open);
         let predicted = tokio::task::spawn_blocking({
-            let name = trace_name.to_string();
-            move || sim::run(&name, "", &move || open2(), &sim_options, &sim::Quiet)
+            let source = source.clone();
+            move || sim::run(&source, &sim_options, &sim::Quiet)
         })
         .await
         .map_err(|e| DemoError::Panicked(e.to_string()))??
@@ -178,7 +176,7 @@ pub async fn run(
     }
     origin.shutdown().await;
     Ok(DemoReport {
-        trace: trace_name.to_string(),
+        trace: source.name(),
         summary,
         capacity_bytes: capacity,
         rows,

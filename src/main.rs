@@ -134,8 +134,8 @@ struct OriginArgs {
     #[arg(long, default_value_t = 3600)]
     max_age: u64,
     /// Delay before every response's headers (e.g. 5ms).
-    #[arg(long, value_parser = parse_window)]
-    latency: Option<WindowArg>,
+    #[arg(long, value_parser = parse_finite_duration)]
+    latency: Option<std::time::Duration>,
     /// Share of requests answered with 503.
     #[arg(long, default_value_t = 0.0)]
     error_rate: f64,
@@ -262,6 +262,12 @@ struct WindowArg(Option<std::time::Duration>);
 
 fn parse_window(s: &str) -> Result<WindowArg, String> {
     secondhit::units::parse_duration(s).map(WindowArg)
+}
+
+/// A duration that must be finite (`inf` is refused, not taken as zero).
+fn parse_finite_duration(s: &str) -> Result<std::time::Duration, String> {
+    secondhit::units::parse_duration(s)?
+        .ok_or_else(|| format!("{s:?}: must be a finite duration, e.g. 5ms"))
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -460,13 +466,14 @@ fn print_report(
     json: Option<&Path>,
 ) -> anyhow::Result<()> {
     let to_stdout = json == Some(Path::new("-"));
+    let mut out = std::io::stdout().lock();
     if !to_stdout {
-        print!("{table}");
+        out.write_all(table.as_bytes())?;
     }
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(report)?;
         if to_stdout {
-            println!("{text}");
+            writeln!(out, "{text}")?;
         } else {
             std::fs::write(path, text + "\n")
                 .with_context(|| format!("cannot write {}", path.display()))?;
@@ -482,41 +489,31 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// The trace to read: a file, or the bundled one; with its display name.
-type OpenTrace = std::sync::Arc<dyn Fn() -> Result<trace::Reader, trace::TraceError> + Send + Sync>;
-
-fn open_trace(path: Option<&Path>, format: Option<Format>) -> (String, OpenTrace) {
+/// The trace a command reads: `--trace FILE`, or the bundled one.
+fn source(path: Option<&Path>, format: Option<Format>) -> trace::Source {
     match path {
-        Some(path) => {
-            let path = path.to_path_buf();
-            (
-                path.display().to_string(),
-                std::sync::Arc::new(move || trace::open(&path, format.as_ref())),
-            )
-        }
-        None => {
-            let (name, data) = trace::BUNDLED;
-            (
-                format!("{name} (bundled)"),
-                std::sync::Arc::new(move || trace::open_static(name, data, format.as_ref())),
-            )
-        }
+        Some(p) => trace::Source::file(p, format),
+        None => trace::Source::bundled(format),
     }
 }
 
 fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    let (name, open) = open_trace(None, None);
     let options = secondhit::demo::DemoOptions {
         requests: args.requests,
         capacity_fraction: args.capacity_fraction,
         policies: args.policy,
         concurrency: 1,
     };
-    let report = runtime()?.block_on(secondhit::demo::run(&name, open, &options, &Bar::new()))?;
+    let report = runtime()?.block_on(secondhit::demo::run(
+        &source(None, None),
+        &options,
+        &Bar::new(),
+    ))?;
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", report.to_text());
+        out.write_all(report.to_text().as_bytes())?;
     }
     Ok(())
 }
@@ -525,7 +522,7 @@ fn origin(args: OriginArgs) -> anyhow::Result<()> {
     let options = secondhit::origin_server::OriginOptions {
         listen: args.listen,
         max_age: args.max_age,
-        latency: args.latency.and_then(|w| w.0).unwrap_or_default(),
+        latency: args.latency.unwrap_or_default(),
         error_rate: args.error_rate,
         reset_rate: args.reset_rate,
         short_rate: args.short_rate,
@@ -571,8 +568,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let (_, open) = open_trace(args.trace.as_deref(), args.input.format()?);
-    let reader = open()?;
+    let reader = source(args.trace.as_deref(), args.input.format()?).open()?;
     let report = runtime()?.block_on(secondhit::replay::run(reader, &options, &Bar::new()))?;
     print_report(&report.to_text(), &report, args.json.as_deref())?;
     Ok(())
@@ -598,13 +594,11 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         threads: args.threads,
         limit: args.limit,
     };
-    let (name, open) = open_trace(args.trace.as_deref(), format.clone());
-    let format_name = match (&format, &args.trace) {
-        (Some(f), _) => f.to_string(),
-        (None, Some(p)) => Format::detect(p).map_or_else(|| "?".into(), |f| f.to_string()),
-        (None, None) => Format::Webcachesim.to_string(),
-    };
-    let report = sim::run(&name, &format_name, &*open, &options, &Bar::new())?;
+    let report = sim::run(
+        &source(args.trace.as_deref(), format),
+        &options,
+        &Bar::new(),
+    )?;
 
     print_report(&report.to_text(), &report, args.json.as_deref())?;
     if let Some(path) = &args.csv {
@@ -612,7 +606,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(path) = &args.plot {
-        sim::plot_svg(&report, path).map_err(anyhow::Error::msg)?;
+        sim::plot_svg(&report, path)?;
     }
     Ok(())
 }
@@ -691,6 +685,20 @@ fn gen_trace(args: GenTraceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the error comes from writing to a closed pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        let kind = c
+            .downcast_ref::<std::io::Error>()
+            .map(std::io::Error::kind)
+            .or_else(|| {
+                c.downcast_ref::<serde_json::Error>()
+                    .and_then(serde_json::Error::io_error_kind)
+            });
+        kind == Some(std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -705,6 +713,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`secondhit simulate | head`): nothing more to say.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("secondhit: error: {e:#}");
             ExitCode::FAILURE

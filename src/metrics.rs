@@ -64,15 +64,18 @@ pub struct Metrics {
     refused: AtomicU64,
 }
 
+/// The one latency histogram shape, for the proxy's metrics and the replayer: microseconds
+/// from 1 µs to 1 h at 3 significant digits (larger values saturate when recorded with
+/// `saturating_record`).
+pub fn latency_histogram() -> Histogram<u64> {
+    // The bounds are constants that hdrhistogram accepts; the fallback auto-resizes.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).expect("3 significant digits is valid"))
+}
+
 impl Default for Metrics {
     fn default() -> Self {
-        let hist = || {
-            // 1 us .. 10 min at 3 significant digits; the bounds are constants, so this cannot fail.
-            Mutex::new(
-                Histogram::new_with_bounds(1, 600_000_000, 3)
-                    .unwrap_or_else(|_| Histogram::new(3).expect("3 significant digits is valid")),
-            )
-        };
+        let hist = || Mutex::new(latency_histogram());
         Metrics {
             requests: Default::default(),
             bytes: Default::default(),

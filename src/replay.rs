@@ -6,6 +6,7 @@
 //! Varnish), from the origin's own counters (`/_stats`). At concurrency 1 the requests go in
 //! trace order, one at a time.
 
+use crate::metrics::latency_histogram;
 use crate::origin_server::{verify, OriginStats};
 use crate::sim::Progress;
 use crate::trace::{Request as TraceRequest, TraceError};
@@ -28,9 +29,60 @@ pub enum ReplayError {
     /// Reading the trace failed.
     #[error(transparent)]
     Trace(#[from] TraceError),
-    /// Bad options.
-    #[error("{0}")]
-    Options(String),
+    /// `concurrency` 0.
+    #[error("concurrency must be at least 1")]
+    Concurrency,
+    /// A target that is not `http://host:port`.
+    #[error("target {0} must be http://host:port")]
+    Target(Uri),
+    /// A rate or speed that is not a positive number.
+    #[error("{name} must be a positive number, got {value}")]
+    Pace {
+        /// `rate` or `speed`.
+        name: &'static str,
+        /// The value.
+        value: f64,
+    },
+    /// A worker or the trace reader panicked (a bug); its requests would be missing from the
+    /// figures, so there are none.
+    #[error("the replay's {thread} panicked: {message}")]
+    Panicked {
+        /// Which one.
+        thread: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+/// Why one replayed request failed: the `errors_by_kind` keys of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Failure {
+    /// The URL could not be built.
+    Url,
+    /// No connection to the target.
+    Connect,
+    /// The request failed before a response.
+    Request,
+    /// The body broke off.
+    Body,
+    /// A status other than 200.
+    Status(u16),
+    /// No complete answer within the timeout.
+    Timeout,
+}
+
+impl Failure {
+    /// The label: `connect`, `status-503`, ...
+    pub fn label(self) -> String {
+        match self {
+            Failure::Url => "url".into(),
+            Failure::Connect => "connect".into(),
+            Failure::Request => "request".into(),
+            Failure::Body => "body".into(),
+            Failure::Status(code) => format!("status-{code}"),
+            Failure::Timeout => "timeout".into(),
+        }
+    }
 }
 
 /// How to replay.
@@ -166,11 +218,6 @@ struct Tally {
     by_outcome: BTreeMap<String, Histogram<u64>>,
 }
 
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3)
-        .unwrap_or_else(|_| Histogram::new(3).expect("3 significant digits is a valid precision"))
-}
-
 impl Tally {
     fn merge(&mut self, o: Tally) {
         self.requests += o.requests;
@@ -185,10 +232,14 @@ impl Tally {
             *self.outcomes.entry(k).or_default() += v;
         }
         if let Some(h) = o.latency {
-            let _ = self.latency.get_or_insert_with(histogram).add(&h);
+            let _ = self.latency.get_or_insert_with(latency_histogram).add(&h);
         }
         for (k, h) in o.by_outcome {
-            let _ = self.by_outcome.entry(k).or_insert_with(histogram).add(&h);
+            let _ = self
+                .by_outcome
+                .entry(k)
+                .or_insert_with(latency_histogram)
+                .add(&h);
         }
     }
 }
@@ -210,21 +261,14 @@ pub async fn run(
     progress: &dyn Progress,
 ) -> Result<ReplayReport, ReplayError> {
     if options.concurrency == 0 {
-        return Err(ReplayError::Options(
-            "concurrency must be at least 1".into(),
-        ));
+        return Err(ReplayError::Concurrency);
     }
     if options.target.scheme_str() != Some("http") || options.target.authority().is_none() {
-        return Err(ReplayError::Options(format!(
-            "target {} must be http://host:port",
-            options.target
-        )));
+        return Err(ReplayError::Target(options.target.clone()));
     }
     for (name, v) in [("rate", options.rate), ("speed", options.speed)] {
-        if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
-            return Err(ReplayError::Options(format!(
-                "{name} must be a positive number"
-            )));
+        if let Some(value) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(ReplayError::Pace { name, value });
         }
     }
     let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
@@ -252,6 +296,19 @@ pub async fn run(
     let origin_before: Arc<Mutex<Option<OriginStats>>> = Arc::default();
     let start = Instant::now();
     let first_time: Arc<std::sync::Mutex<Option<Duration>>> = Arc::default();
+    // Warm-up requests answered so far, and whether measuring has begun: no measured request is
+    // sent before every warm-up request is answered and the origin's counters are read, so
+    // neither side of the snapshot leaks into the other.
+    let warm_done = Arc::new(AtomicU64::new(0));
+    let (measuring_tx, measuring_rx) = tokio::sync::watch::channel(options.warmup == 0);
+    let measuring_tx = Arc::new(measuring_tx);
+    if options.warmup == 0 {
+        // Nothing to warm: the counters are read before the first request goes out.
+        if let Some(url) = &options.origin_stats {
+            *origin_before.lock().await = origin_stats(&client, url).await;
+        }
+        *measured_start.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
     let target = options.target.to_string().trim_end_matches('/').to_string();
 
     let mut workers = Vec::new();
@@ -262,6 +319,11 @@ pub async fn run(
             measured_start.clone(),
             origin_before.clone(),
             first_time.clone(),
+        );
+        let (warm_done, measuring_tx, mut measuring_rx) = (
+            warm_done.clone(),
+            measuring_tx.clone(),
+            measuring_rx.clone(),
         );
         workers.push(tokio::spawn(async move {
             let mut t = Tally::default();
@@ -285,13 +347,20 @@ pub async fn run(
                     let at = r.time.saturating_sub(t0).div_f64(speed);
                     tokio::time::sleep_until((start + at).into()).await;
                 }
-                if i == opts.warmup {
-                    // The first measured request: snapshot the origin's counters and the clock.
+                if i == opts.warmup && opts.warmup > 0 {
+                    // The first measured request: once the warm-up is answered, snapshot the
+                    // origin's counters and the clock, then let the measured requests go.
+                    while warm_done.load(Relaxed) < opts.warmup {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                     if let Some(url) = &opts.origin_stats {
                         *origin_before.lock().await = origin_stats(&client, url).await;
                     }
                     *measured_start.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(Instant::now());
+                    let _ = measuring_tx.send(true);
+                } else if i > opts.warmup {
+                    let _ = measuring_rx.wait_for(|m| *m).await;
                 }
                 let measured = i >= opts.warmup;
                 let path = path_of(&r);
@@ -303,6 +372,7 @@ pub async fn run(
                     .max(1);
                 done.fetch_add(1, Relaxed);
                 if !measured {
+                    warm_done.fetch_add(1, Relaxed);
                     continue;
                 }
                 t.requests += 1;
@@ -319,15 +389,15 @@ pub async fn run(
                         x_cache
                     }
                     Err(kind) => {
-                        *t.errors.entry(kind).or_default() += 1;
+                        *t.errors.entry(kind.label()).or_default() += 1;
                         "error".to_string()
                     }
                 };
-                let _ = t.latency.get_or_insert_with(histogram).record(us);
+                let _ = t.latency.get_or_insert_with(latency_histogram).record(us);
                 let _ = t
                     .by_outcome
                     .entry(label.clone())
-                    .or_insert_with(histogram)
+                    .or_insert_with(latency_histogram)
                     .record(us);
                 *t.outcomes.entry(label).or_default() += 1;
             }
@@ -362,10 +432,15 @@ pub async fn run(
     match reader.join() {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(ReplayError::Trace(e)),
-        Err(_) => return Err(ReplayError::Options("the trace reader panicked".into())),
+        Err(p) => {
+            return Err(ReplayError::Panicked {
+                thread: "trace reader",
+                message: crate::sim::panic_message(p),
+            })
+        }
     }
     let mut tally = Tally::default();
-    for t in tallies {
+    for t in tallies? {
         tally.merge(t);
     }
     let (origin_requests, origin_bytes) = match &options.origin_stats {
@@ -377,7 +452,6 @@ pub async fn run(
                     Some(a.requests.saturating_sub(b.requests)),
                     Some(a.bytes.saturating_sub(b.bytes)),
                 ),
-                (None, Some(a)) if options.warmup == 0 => (Some(a.requests), Some(a.bytes)),
                 _ => (None, None),
             }
         }
@@ -408,14 +482,28 @@ pub async fn run(
     })
 }
 
-async fn futures_join(workers: Vec<tokio::task::JoinHandle<Tally>>) -> Vec<Tally> {
+/// Every worker's tally, or the first worker's panic: a missing tally would make the figures
+/// lie, so there are none then.
+async fn futures_join(
+    workers: Vec<tokio::task::JoinHandle<Tally>>,
+) -> Result<Vec<Tally>, ReplayError> {
     let mut out = Vec::with_capacity(workers.len());
     for w in workers {
-        if let Ok(t) = w.await {
-            out.push(t);
+        match w.await {
+            Ok(t) => out.push(t),
+            Err(e) => {
+                return Err(ReplayError::Panicked {
+                    thread: "worker",
+                    message: if e.is_panic() {
+                        crate::sim::panic_message(e.into_panic())
+                    } else {
+                        e.to_string()
+                    },
+                })
+            }
         }
     }
-    out
+    Ok(out)
 }
 
 /// One request: `Ok((x-cache value, body verified))` or `Err(kind of failure)`.
@@ -425,14 +513,14 @@ async fn fetch(
     path: &str,
     size: u64,
     timeout: Duration,
-) -> Result<(String, bool), String> {
-    let uri: Uri = url.parse().map_err(|_| "url".to_string())?;
+) -> Result<(String, bool), Failure> {
+    let uri: Uri = url.parse().map_err(|_| Failure::Url)?;
     let work = async {
         let resp = client.get(uri).await.map_err(|e| {
             if e.is_connect() {
-                "connect".to_string()
+                Failure::Connect
             } else {
-                "request".to_string()
+                Failure::Request
             }
         })?;
         let status = resp.status();
@@ -451,16 +539,16 @@ async fn fetch(
             .into_body()
             .collect()
             .await
-            .map_err(|_| "body".to_string())?
+            .map_err(|_| Failure::Body)?
             .to_bytes();
         if status != StatusCode::OK {
-            return Err(format!("status-{}", status.as_u16()));
+            return Err(Failure::Status(status.as_u16()));
         }
         Ok((x_cache, body.len() as u64 == size && verify(path, 0, &body)))
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
-        Err(_) => Err("timeout".to_string()),
+        Err(_) => Err(Failure::Timeout),
     }
 }
 

@@ -14,12 +14,12 @@
 mod plot;
 mod report;
 
-pub use plot::plot_svg;
+pub use plot::{plot_svg, PlotError};
 
 use crate::admission::{Admission, Policy, PolicyError, Settings};
 use crate::store::{Eviction, ExactLru, MokaStore, SimStore, StoreKind};
 use crate::trace::stats::{self, Collector, TraceStats};
-use crate::trace::{Reader, Request, TraceError};
+use crate::trace::{Request, Source, TraceError};
 use serde::Serialize;
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
@@ -34,9 +34,40 @@ pub enum SimError {
     /// A policy could not be built.
     #[error(transparent)]
     Policy(#[from] PolicyError),
-    /// The options do not make sense together.
-    #[error("{0}")]
-    Options(String),
+    /// No policy given.
+    #[error("no policy given")]
+    NoPolicy,
+    /// No eviction policy given.
+    #[error("no eviction policy given")]
+    NoEviction,
+    /// `tinylfu` asked of the exact store.
+    #[error("eviction tinylfu exists only in the moka store: add --store moka, or use lru")]
+    TinyLfuNeedsMoka,
+    /// No capacity given.
+    #[error("no capacity given")]
+    NoCapacity,
+    /// A capacity fraction that is not a positive number.
+    #[error("capacity fraction {0} must be a positive fraction of the working set, e.g. 0.05")]
+    BadFraction(f64),
+    /// A worker thread panicked: a bug, reported with where it happened.
+    #[error("the {thread} panicked: {message}")]
+    Panicked {
+        /// Which thread.
+        thread: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+/// The message of a panic payload (as `std::thread::JoinHandle::join` and tokio's
+/// `JoinError::into_panic` return it).
+pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => p
+            .downcast_ref::<&str>()
+            .map_or_else(|| "(no message)".to_string(), |s| s.to_string()),
+    }
 }
 
 /// Cache sizes: absolute, or fractions of the trace's working set.
@@ -86,30 +117,25 @@ impl Default for Options {
 impl Options {
     /// Checks the options, naming what is wrong.
     pub fn validate(&self) -> Result<(), SimError> {
-        let bad = |m: String| Err(SimError::Options(m));
         if self.policies.is_empty() {
-            return bad("no policy given".into());
+            return Err(SimError::NoPolicy);
         }
         if self.evictions.is_empty() {
-            return bad("no eviction policy given".into());
+            return Err(SimError::NoEviction);
         }
         if self.store == StoreKind::Exact && self.evictions.contains(&Eviction::TinyLfu) {
-            return bad(
-                "eviction tinylfu exists only in the moka store: add --store moka, or use lru"
-                    .into(),
-            );
+            return Err(SimError::TinyLfuNeedsMoka);
         }
         match &self.capacities {
-            Capacities::Bytes(v) if v.is_empty() => bad("no capacity given".into()),
-            Capacities::Fractions(v) if v.is_empty() => bad("no capacity fraction given".into()),
-            Capacities::Fractions(v) => match v.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
-                Some(f) => bad(format!(
-                    "capacity fraction {f} must be a positive fraction of the working set, e.g. 0.05"
-                )),
-                None => Ok(()),
-            },
-            Capacities::Bytes(_) => Ok(()),
-        }?;
+            Capacities::Bytes(v) if v.is_empty() => return Err(SimError::NoCapacity),
+            Capacities::Fractions(v) if v.is_empty() => return Err(SimError::NoCapacity),
+            Capacities::Fractions(v) => {
+                if let Some(f) = v.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                    return Err(SimError::BadFraction(*f));
+                }
+            }
+            Capacities::Bytes(_) => {}
+        }
         for p in &self.policies {
             self.settings.build(*p)?;
         }
@@ -323,12 +349,10 @@ pub struct SettingsReport {
 
 const CHUNK: usize = 1 << 14;
 
-/// Runs the simulation. `open` opens the trace (it is called once, or twice when capacities are
-/// fractions of the working set, which takes a first pass).
+/// Runs the simulation over `source` (read once, or twice when capacities are fractions of the
+/// working set, which takes a first pass).
 pub fn run(
-    trace_name: &str,
-    format_name: &str,
-    open: &dyn Fn() -> Result<Reader, TraceError>,
+    source: &Source,
     options: &Options,
     progress: &dyn Progress,
 ) -> Result<Report, SimError> {
@@ -337,7 +361,7 @@ pub fn run(
     let limit = options
         .limit
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    let open = move || open().map(|r| r.take(limit));
+    let open = move || source.open().map(|r| r.take(limit));
     // A first pass only when capacities depend on the working set.
     let first_pass = match &options.capacities {
         Capacities::Fractions(_) => {
@@ -454,16 +478,17 @@ pub fn run(
         drop(senders);
         let mut done: Vec<(usize, RunResult)> = Vec::new();
         for h in handles {
-            let group = h
-                .join()
-                .map_err(|_| SimError::Options("a simulation worker panicked".into()))?;
+            let group = h.join().map_err(|p| SimError::Panicked {
+                thread: "simulation worker",
+                message: panic_message(p),
+            })?;
             done.extend(group.into_iter().map(|(i, r)| (i, r.finish())));
         }
         let summary = match collector {
-            Some(h) => Some(
-                h.join()
-                    .map_err(|_| SimError::Options("the trace summary thread panicked".into()))?,
-            ),
+            Some(h) => Some(h.join().map_err(|p| SimError::Panicked {
+                thread: "trace summary thread",
+                message: panic_message(p),
+            })?),
             None => None,
         };
         if let Some(e) = failure {
@@ -481,8 +506,8 @@ pub fn run(
         (None, None) => Collector::default().finish(),
     };
     Ok(Report {
-        trace: trace_name.to_string(),
-        format: format_name.to_string(),
+        trace: source.name(),
+        format: source.format_name(),
         summary,
         settings: SettingsReport {
             window: crate::units::duration(options.settings.window),

@@ -232,6 +232,60 @@ pub const BUNDLED: (&str, &[u8]) = (
     include_bytes!("../traces/request.trace.xz"),
 );
 
+/// A trace to read, by name: a file or the bundled trace, with its format (`None`: guessed from
+/// the name). The one way `simulate`, `replay` and `demo` name and open a trace; it can be opened
+/// as often as a command needs passes, from any thread.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Source {
+    path: Option<PathBuf>,
+    format: Option<Format>,
+}
+
+impl Source {
+    /// A trace file.
+    pub fn file(path: impl Into<PathBuf>, format: Option<Format>) -> Source {
+        Source {
+            path: Some(path.into()),
+            format,
+        }
+    }
+
+    /// The trace compiled into the binary ([`BUNDLED`]).
+    pub fn bundled(format: Option<Format>) -> Source {
+        Source { path: None, format }
+    }
+
+    /// The file, or `None` for the bundled trace.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// How reports name it: the path, or `request.trace.xz (bundled)`.
+    pub fn name(&self) -> String {
+        match &self.path {
+            Some(p) => p.display().to_string(),
+            None => format!("{} (bundled)", BUNDLED.0),
+        }
+    }
+
+    /// Its format's name: as given, or as guessed from the name (`?` when it cannot be).
+    pub fn format_name(&self) -> String {
+        let name = self.path.as_deref().unwrap_or(Path::new(BUNDLED.0));
+        match &self.format {
+            Some(f) => f.to_string(),
+            None => Format::detect(name).map_or_else(|| "?".into(), |f| f.to_string()),
+        }
+    }
+
+    /// Opens it from the start.
+    pub fn open(&self) -> Result<Reader, TraceError> {
+        match &self.path {
+            Some(p) => open(p, self.format.as_ref()),
+            None => open_static(BUNDLED.0, BUNDLED.1, self.format.as_ref()),
+        }
+    }
+}
+
 /// A streaming trace reader: an iterator of requests. After the first error it yields nothing
 /// more.
 pub struct Reader {

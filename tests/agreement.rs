@@ -10,15 +10,7 @@ use secondhit::replay::{self, ReplayOptions};
 use secondhit::sim::{self, Capacities, Quiet};
 use secondhit::store::{Eviction, StoreKind};
 use secondhit::trace;
-use std::path::PathBuf;
-use std::sync::Arc;
 use support::bundled;
-
-fn opener(
-    path: PathBuf,
-) -> Arc<dyn Fn() -> Result<trace::Reader, trace::TraceError> + Send + Sync> {
-    Arc::new(move || trace::open(&path, None))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_replay_equals_the_simulation() {
@@ -33,7 +25,7 @@ async fn live_replay_equals_the_simulation() {
             policies: vec![Policy::AdmitAll, Policy::SecondHit],
             concurrency: 1,
         };
-        let report = demo::run(name, opener(path.clone()), &options, &Quiet)
+        let report = demo::run(&trace::Source::file(&path, None), &options, &Quiet)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         for row in &report.rows {
@@ -60,12 +52,7 @@ async fn live_replay_equals_the_simulation() {
             );
             // The exact store predicts the same LRU.
             let exact = sim::run(
-                name,
-                "",
-                &{
-                    let p = path.clone();
-                    move || trace::open(&p, None)
-                },
+                &trace::Source::file(&path, None),
                 &sim::Options {
                     policies: vec![row.policy.parse().unwrap()],
                     evictions: vec![Eviction::Lru],

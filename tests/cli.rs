@@ -199,3 +199,39 @@ fn gen_trace_round_trips_through_trace_stats() {
     assert_eq!(a["one_hit_wonders"], b["one_hit_wonders"]);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    // As `secondhit simulate | head -0`: the reader is gone before anything is written.
+    for args in [
+        &["simulate", "--limit", "2000"][..],
+        &["simulate", "--limit", "2000", "--json", "-"][..],
+        &["bloom", "--items", "1000"][..],
+    ] {
+        let mut child = std::process::Command::new(support::bin())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("error"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_infinite_origin_latency_is_refused() {
+    let out = std::process::Command::new(support::bin())
+        .args(["origin", "--latency", "inf"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("finite"), "{err}");
+}

@@ -97,15 +97,7 @@ fn load(path: &Path) -> Vec<Request> {
 }
 
 fn simulate(path: &Path, options: &Options) -> Report {
-    let p = path.to_path_buf();
-    sim::run(
-        &path.display().to_string(),
-        "auto",
-        &move || trace::open(&p, None),
-        options,
-        &Quiet,
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    sim::run(&trace::Source::file(path, None), options, &Quiet).unwrap_or_else(|e| panic!("{e}"))
 }
 
 const FRACTIONS: [f64; 3] = [0.001, 0.01, 0.1];
@@ -234,19 +226,11 @@ fn results_are_the_same_on_every_run_and_thread_count() {
 #[test]
 fn bad_options_are_refused_with_a_reason() {
     let path = bundled("request.trace.xz");
-    let p = path.clone();
     let options = Options {
         evictions: vec![Eviction::TinyLfu],
         ..Options::default()
     };
-    let e = sim::run(
-        "t",
-        "auto",
-        &move || trace::open(&p, None),
-        &options,
-        &Quiet,
-    )
-    .unwrap_err();
+    let e = sim::run(&trace::Source::file(&path, None), &options, &Quiet).unwrap_err();
     assert!(e.to_string().contains("--store moka"), "{e}");
     let options = Options {
         capacities: Capacities::Fractions(vec![0.0]),

@@ -48,10 +48,23 @@ fn axis_label(x: f64, objects: bool) -> String {
     }
 }
 
+/// The plot could not be drawn or written.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: cannot draw the plot: {message}", path.display())]
+pub struct PlotError {
+    /// The SVG file.
+    pub path: std::path::PathBuf,
+    /// What the drawing library said.
+    pub message: String,
+}
+
 /// Draws the report into an SVG file: two panels side by side (hit ratio, byte hit ratio), cache
 /// size on a log axis.
-pub fn plot_svg(report: &Report, path: &Path) -> Result<(), String> {
-    let fail = |e: &dyn std::fmt::Display| format!("{}: cannot draw the plot: {e}", path.display());
+pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
+    let fail = |e: &dyn std::fmt::Display| PlotError {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
     let mut series: Vec<(String, Vec<Point>)> = Vec::new();
     for r in &report.results {
         let name = format!("{} ({})", r.policy, r.eviction);
