@@ -3,6 +3,7 @@
 //! microseconds, per outcome.
 
 use crate::admission::Stats as AdmissionStats;
+use crate::origin::OriginError;
 use crate::proxy::outcome::Outcome;
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
@@ -11,42 +12,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 const OUTCOMES: usize = Outcome::ALL.len();
-
-/// Kinds of origin failure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OriginError {
-    /// Could not connect (502).
-    Connect,
-    /// No response headers in time (504).
-    Timeout,
-    /// Any other failure before the headers (502).
-    Other,
-    /// The body broke off, stalled or had the wrong length (the client sees a cut response).
-    Body,
-    /// The response's header block was larger than `limits.max_origin_header_bytes` (502).
-    HeadersTooLarge,
-}
-
-impl OriginError {
-    /// Every kind, for metrics.
-    pub const ALL: [OriginError; 5] = [
-        OriginError::Connect,
-        OriginError::Timeout,
-        OriginError::Other,
-        OriginError::Body,
-        OriginError::HeadersTooLarge,
-    ];
-    /// Label for metrics and logs.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            OriginError::Connect => "connect",
-            OriginError::Timeout => "timeout",
-            OriginError::Other => "other",
-            OriginError::Body => "body",
-            OriginError::HeadersTooLarge => "headers-too-large",
-        }
-    }
-}
 
 /// The proxy's metrics. All methods take `&self` and are safe from many threads.
 pub struct Metrics {

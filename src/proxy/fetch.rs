@@ -9,7 +9,7 @@
 use super::check::Target;
 use super::outcome::{CacheStatus, Fwd};
 use crate::body::{empty, full, text, BoxError, ProxyBody};
-use crate::metrics::OriginError;
+use crate::origin::OriginError;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};

@@ -17,7 +17,7 @@ use super::coalesce::{Fetched, Leader};
 use super::Proxy;
 use crate::body::{channel, ProxyBody};
 use crate::http_cache::{usable_with_authorization, variant_key, vary_fields, Freshness};
-use crate::metrics::OriginError;
+use crate::origin::OriginError;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::StatusCode;

@@ -10,6 +10,16 @@
 //! its sized number of distinct keys. Exactly one caller performs it per trigger: the others
 //! find the rotation lock taken (and carry on with the old pair) or, once they get it, find the
 //! trigger already gone.
+//!
+//! What a caller racing a rotation can see: it may still hold the old pair while the generation
+//! falling off (the old `previous`) is being cleared to become the new `current`. It then counts
+//! that generation's sightings as partly or wholly gone. Those sightings are more than one window
+//! old, which the window guarantee already lets go, so the answer is one the guarantee allows.
+//! Its own sighting goes into the old `current`, which is the new `previous`, so it is kept. One
+//! case can cost a sighting: when no miss came for a whole window, rotation also clears the old
+//! `current`; a sighting recorded into it by a racing caller can be cleared with it, and that key's
+//! next miss is then deferred once more than it would have been. No decision is ever unsafe (a
+//! false "admit" needs bits that were set), and no caller blocks.
 
 use super::counter::Counter;
 use super::{Admission, Decision, FilterStats, Stats};
@@ -214,7 +224,7 @@ impl<G: Generation> Rotating<G> {
     }
 
     /// Rotates if still due once the rotation lock is held; returns at once if another caller is
-    /// rotating (it keeps using the old pair, which stays valid).
+    /// rotating (it keeps using the old pair; the module's documentation says what it can see).
     #[cold]
     fn rotate(&self, now: u64) {
         let _guard = match self.rotation.try_lock() {
