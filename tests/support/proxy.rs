@@ -82,17 +82,7 @@ impl Http {
             .await
             .expect("the proxy answered within 20 s")
             .expect("a response");
-        let (parts, body) = resp.into_parts();
-        let body = match tokio::time::timeout(Duration::from_secs(20), body.collect()).await {
-            Ok(Ok(c)) => Ok(c.to_bytes()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("body timed out".into()),
-        };
-        Got {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
+        got(resp).await
     }
 
     pub async fn get(&self, path: &str) -> Got {
@@ -140,8 +130,13 @@ pub async fn h2(addr: SocketAddr, req: Request<Full<Bytes>>) -> Got {
         .await
         .expect("answered within 10 s")
         .expect("a response");
+    got(resp).await
+}
+
+/// A response with its whole body (or the error that cut it off), read within 20 s.
+async fn got(resp: http::Response<hyper::body::Incoming>) -> Got {
     let (parts, body) = resp.into_parts();
-    let body = match tokio::time::timeout(Duration::from_secs(10), body.collect()).await {
+    let body = match tokio::time::timeout(Duration::from_secs(20), body.collect()).await {
         Ok(Ok(c)) => Ok(c.to_bytes()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("body timed out".into()),
