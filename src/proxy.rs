@@ -428,7 +428,7 @@ impl Proxy {
                 Err(_) => return self.refuse(Refusal::BadRequestBody),
             }
         };
-        let client_body_failed = upload.failed();
+        let upload_failed = upload.failed();
         let authorized = parts.headers.contains_key(header::AUTHORIZATION);
         let head_request = parts.method == Method::HEAD;
         // The selecting headers of a stored variant are the ones the origin received.
@@ -445,35 +445,9 @@ impl Proxy {
         };
 
         // 5. fetch
-        self.metrics.origin_request();
-        let sent = tokio::time::timeout(
-            self.timeouts.first_byte,
-            self.origins.client().request(request),
-        )
-        .await;
-        let failure = match sent {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) => {
-                tracing::warn!(origin = %target.origin, error = %e, "origin request failed");
-                Err(FetchError::Origin(origin_error(&e)))
-            }
-            Err(_) => {
-                tracing::warn!(origin = %target.origin, timeout = ?self.timeouts.first_byte, "origin timed out");
-                Err(FetchError::Origin(OriginError::Timeout))
-            }
-        };
-        let response = match failure {
+        let response = match self.fetch(request, target, &upload_failed).await {
             Ok(r) => r,
-            Err(e) => {
-                // A request body that broke off is the client's failure, whatever the client
-                // library made of it.
-                let e = if client_body_failed.load(Ordering::Relaxed) {
-                    FetchError::ClientBody
-                } else {
-                    e
-                };
-                return self.fetch_failed(e);
-            }
+            Err(e) => return self.fetch_failed(e),
         };
         let (mut rparts, rbody) = response.into_parts();
         let expected = response_head(rparts.status, &mut rparts.headers, head_request);
@@ -513,6 +487,39 @@ impl Proxy {
             outcome: c.outcome,
             status: c.status,
         }
+    }
+
+    /// Phase 5: sends the request and waits (up to `first_byte`) for the response head.
+    async fn fetch(
+        &self,
+        request: Request<ProxyBody>,
+        target: &Target,
+        upload_failed: &std::sync::atomic::AtomicBool,
+    ) -> Result<Response<Incoming>, FetchError> {
+        self.metrics.origin_request();
+        let sent = tokio::time::timeout(
+            self.timeouts.first_byte,
+            self.origins.client().request(request),
+        )
+        .await;
+        let failure = match sent {
+            Ok(Ok(response)) => return Ok(response),
+            Ok(Err(e)) => {
+                tracing::warn!(origin = %target.origin, error = %e, "origin request failed");
+                FetchError::Origin(origin_error(&e))
+            }
+            Err(_) => {
+                tracing::warn!(origin = %target.origin, timeout = ?self.timeouts.first_byte, "origin timed out");
+                FetchError::Origin(OriginError::Timeout)
+            }
+        };
+        // A request body that broke off is the client's failure, whatever the client library
+        // made of it.
+        Err(if upload_failed.load(Ordering::Relaxed) {
+            FetchError::ClientBody
+        } else {
+            failure
+        })
     }
 
     fn fetch_failed(&self, e: FetchError) -> Answer {

@@ -24,7 +24,7 @@ use http::StatusCode;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::sync::Arc;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What the pump stores once the body is complete.
 pub(super) struct StoreJob {
@@ -44,6 +44,62 @@ pub(super) struct StoreJob {
 /// Frames the client's channel holds at most (the byte budget is the real bound).
 const CHANNEL_FRAMES: usize = 64;
 
+/// A body being stored, within its two budgets: `max_object` bytes for itself, and its share of
+/// the permits of all bodies being stored at once (given back when it is dropped).
+struct StoreBuffer {
+    buf: BytesMut,
+    held: Option<OwnedSemaphorePermit>,
+}
+
+/// Why a body stopped being buffered for the store.
+enum Overflow {
+    /// Larger than `max_object_size`.
+    TooLarge,
+    /// The bodies being stored at once filled `store_buffer_bytes`.
+    OverBudget,
+}
+
+impl StoreBuffer {
+    fn new(capacity: usize) -> Self {
+        StoreBuffer {
+            buf: BytesMut::with_capacity(capacity),
+            held: None,
+        }
+    }
+
+    /// Appends `data` if both budgets allow it.
+    fn push(
+        &mut self,
+        data: &Bytes,
+        max_object: u64,
+        budget: &Arc<Semaphore>,
+    ) -> Result<(), Overflow> {
+        if (self.buf.len() + data.len()) as u64 > max_object {
+            return Err(Overflow::TooLarge);
+        }
+        let share = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let permit = Arc::clone(budget)
+            .try_acquire_many_owned(share)
+            .map_err(|_| Overflow::OverBudget)?;
+        match self.held.as_mut() {
+            Some(h) => h.merge(permit),
+            None => self.held = Some(permit),
+        }
+        self.buf.extend_from_slice(data);
+        Ok(())
+    }
+
+    /// The body, copied to its size if it grew by doubling (no Content-Length).
+    fn into_body(self) -> Bytes {
+        let b = self.buf;
+        if b.capacity() > b.len() + b.len() / 8 {
+            Bytes::copy_from_slice(&b)
+        } else {
+            b.freeze()
+        }
+    }
+}
+
 impl Proxy {
     /// Spawns the task that reads the origin's body, forwards it to the client as it arrives
     /// and, for a store job, stores it once complete. Returns the client's body.
@@ -59,9 +115,7 @@ impl Proxy {
             let max_object = proxy.limits.max_object;
             // Sized from Content-Length when known, so a stored body holds no spare capacity.
             let initial = expected.unwrap_or(0).min(max_object) as usize;
-            let mut buf = job.as_ref().map(|_| BytesMut::with_capacity(initial));
-            // This body's share of the global budget for bodies being stored.
-            let mut held: Option<OwnedSemaphorePermit> = None;
+            let mut stored = job.as_ref().map(|_| StoreBuffer::new(initial));
             let mut received = 0u64;
             let mut failed = false;
             let mut client_alive = true;
@@ -91,54 +145,31 @@ impl Proxy {
                     };
                 if let Some(data) = frame.data_ref() {
                     received += data.len() as u64;
-                    if let Some(b) = buf.as_mut() {
-                        let share = u32::try_from(data.len()).unwrap_or(u32::MAX);
-                        let granted = (received <= max_object)
-                            .then(|| {
-                                Arc::clone(&proxy.store_budget)
-                                    .try_acquire_many_owned(share)
-                                    .ok()
-                            })
-                            .flatten();
-                        match granted {
-                            Some(p) => {
-                                b.extend_from_slice(data);
-                                match held.as_mut() {
-                                    Some(h) => h.merge(p),
-                                    None => held = Some(p),
-                                }
+                    if let Some(s) = stored.as_mut() {
+                        // Past either budget: serve it, do not store it.
+                        if let Err(overflow) = s.push(data, max_object, &proxy.store_budget) {
+                            if matches!(overflow, Overflow::OverBudget) {
+                                proxy.metrics.store_over_budget();
                             }
-                            None => {
-                                // Too large, or the budget is spent: serve it, do not store it.
-                                if received <= max_object {
-                                    proxy.metrics.store_over_budget();
-                                }
-                                buf = None;
-                                held = None;
-                            }
+                            stored = None;
                         }
                     }
                 }
                 if client_alive && tx.send(frame).await.is_err() {
                     client_alive = false;
                 }
-                if !client_alive && buf.is_none() {
+                if !client_alive && stored.is_none() {
                     break; // nobody to serve and nothing to store: drop the fetch
                 }
             }
             proxy.metrics.origin_bytes(received);
             if let Some(job) = job {
                 let complete = !failed && expected.is_none_or(|n| n == received);
-                match buf {
-                    // A body that grew by doubling (no Content-Length) is copied to its size.
-                    Some(b) if complete && b.capacity() > b.len() + b.len() / 8 => {
-                        proxy.store_object(job, Bytes::copy_from_slice(&b))
-                    }
-                    Some(b) if complete => proxy.store_object(job, b.freeze()),
+                match stored {
+                    Some(s) if complete => proxy.store_object(job, s.into_body()),
                     _ => proxy.metrics.store_aborted(),
                 }
             }
-            drop(held);
         });
         client_body.boxed()
     }
