@@ -4,6 +4,8 @@
 # static files), same machine, same run, loaded by wrk over loopback. Bounded: 10 s per run.
 #
 # usage: scripts/bench-proxy.sh   (installs nginx and wrk from Debian if missing)
+#        BASELINE=path/to/older/secondhit scripts/bench-proxy.sh
+#          also runs an older build in the same run (to show what a change costs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
@@ -50,12 +52,23 @@ nginx -p "$dir" -c "$dir/nginx.conf"
 target/release/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
   --admin-listen 127.0.0.1:18093 --log-level warn 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
+ports="18082 18083"
+if [ -n "${BASELINE:-}" ]; then
+  "$BASELINE" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18084 \
+    --admin-listen 127.0.0.1:18094 --log-level warn 2>"$dir/logs/baseline.log" &
+  echo $! > "$dir/baseline.pid"
+  ports="18082 18083 18084"
+fi
 sleep 1
 
 printf '| object | cache | requests/s | p50 | p90 | p99 | max | X-Cache |\n|---|---|---:|---:|---:|---:|---:|---|\n'
 for obj in obj-4k obj-64k; do
-  for port in 18082 18083; do
-    name=$([ $port = 18082 ] && echo "nginx 1.22 proxy_cache, min_uses 2" || echo "secondhit serve")
+  for port in $ports; do
+    case $port in
+      18082) name="nginx 1.22 proxy_cache, min_uses 2" ;;
+      18083) name="secondhit serve" ;;
+      *) name="secondhit serve (baseline: $BASELINE)" ;;
+    esac
     for _ in 1 2 3; do curl -s -o /dev/null "http://127.0.0.1:$port/$obj"; done
     xc=$(curl -s -D - -o /dev/null "http://127.0.0.1:$port/$obj" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache"{print $2}')
     out=$(wrk -t2 -c64 -d10s --latency "http://127.0.0.1:$port/$obj")

@@ -50,13 +50,22 @@
 //! - [`plan`]: the sizing calculator and self-test behind `secondhit bloom`.
 //!
 //! The proxy:
-//! - [`config`]: `serve`'s configuration: serde with defaults, TOML, `validate()`.
-//! - [`http_cache`]: RFC 9111 rules as pure functions: cacheable?, freshness, age, keys, Vary,
-//!   conditional requests, ranges, hop-by-hop headers; the [`Outcome`](http_cache::Outcome) enum.
-//! - [`proxy`]: the request path: lookup -> admission -> origin -> maybe store; coalescing;
-//!   streaming with store-on-complete.
-//! - [`origin`]: routing to configured origins only, and the pooled keep-alive client.
-//! - [`server`]: listeners, connection limits, graceful shutdown, the admin endpoints.
+//! - [`config`]: `serve`'s configuration, parsed once into types; flag overrides; the
+//!   cross-field `validate()` that yields a [`ValidConfig`](config::ValidConfig).
+//! - [`http_cache`]: RFC 9111 rules as pure functions: request plan, storability, freshness,
+//!   age, keys, Vary variant keys, conditional requests, ranges, hop-by-hop and unkeyed headers.
+//! - [`proxy`]: the request path as phases (check, scrub, plan, lookup, admit, fetch, classify,
+//!   pump), each in its own file: [`proxy::authority`] (Host validation and normalisation),
+//!   [`proxy::check`], [`proxy::hit`], [`proxy::coalesce`], [`proxy::fetch`],
+//!   [`proxy::classify`], [`proxy::cached`] (store entries and their weight) and
+//!   [`proxy::outcome`] (`Outcome`, the typed `Cache-Status`, `Refusal`).
+//! - [`origin`]: routing to configured origins only, the pooled keep-alive client, origin
+//!   failure kinds.
+//! - [`server`]: the public and admin listeners and the admin endpoints.
+//! - [`listener`]: the one accept loop (connection limit, first-byte timeout, HTTP/1.1 and h2c,
+//!   graceful shutdown) every server here uses.
+//! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a
+//!   byte budget (backpressure).
 //! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
 //!
 //! - [`units`]: human-readable counts, byte sizes and durations, both ways.
