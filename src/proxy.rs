@@ -336,12 +336,15 @@ impl Proxy {
                     .await
             }
             Admit::Follow(follower) => {
-                if let Some(fetched) = follower
+                let fetched = follower
                     .wait(self.timeouts.coalesce_wait, &parts.headers)
-                    .await
-                {
+                    .await;
+                // As at lookup: an object not marked for credentials never answers a request
+                // that carries them.
+                let authorized = parts.headers.contains_key(header::AUTHORIZATION);
+                if let Some(f) = fetched.filter(|f| f.object.auth_ok || !authorized) {
                     self.metrics.coalesced();
-                    return self.hit(&fetched.object, &parts, Some("collapsed"));
+                    return self.hit(&f.object, &parts, Some("collapsed"));
                 }
                 // The leader failed, was too slow, or fetched another variant: fetch ourselves.
                 self.forward(parts, body, &target, client, Intent::Admitted, None)
