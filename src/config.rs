@@ -247,9 +247,27 @@ pub struct CacheConfig {
     /// (do not store them) or a duration.
     #[serde(deserialize_with = "de_ttl")]
     pub default_ttl: Option<Duration>,
-    /// Statuses that may be stored.
+    /// Statuses stored without explicit freshness (by the heuristic or `default_ttl`); any
+    /// other final status is stored only with `max-age`, `s-maxage` or `Expires`.
     #[serde(deserialize_with = "de_statuses")]
     pub statuses: Vec<u16>,
+    /// Cap of the heuristic freshness (10 % of the time since `Last-Modified`, RFC 9111
+    /// §4.2.2) for responses without explicit freshness: a duration, or `none` for no heuristic.
+    #[serde(deserialize_with = "de_ttl")]
+    pub heuristic_max: Option<Duration>,
+    /// How long a stale object is kept (and weighs) after it expires, to be revalidated or
+    /// served stale (Varnish's keep).
+    #[serde(deserialize_with = "de_duration")]
+    pub stale_keep: Duration,
+    /// How long past its freshness a stored object may answer when the origin fails, when the
+    /// response does not say itself (`stale-if-error`); `0s`: only when it says. Never past
+    /// `must-revalidate` or `no-cache`.
+    #[serde(deserialize_with = "de_duration")]
+    pub stale_if_error: Duration,
+    /// Targeted cache-control fields for this cache, by precedence (RFC 9213): the first present
+    /// governs instead of `Cache-Control` and `Expires`, and none is forwarded to clients.
+    #[serde(deserialize_with = "de_header_names")]
+    pub targeted_cache_control: Vec<HeaderName>,
     /// Store responses that carry `Set-Cookie` (the cookie goes to every client).
     pub store_set_cookie: bool,
     /// Never cache requests that carry a `Cookie`.
@@ -273,6 +291,10 @@ impl Default for CacheConfig {
             eviction: Eviction::Lru,
             default_ttl: None,
             statuses: StoreRules::default().statuses,
+            heuristic_max: StoreRules::default().heuristic_max,
+            stale_keep: Duration::from_secs(4 * 3600),
+            stale_if_error: Duration::ZERO,
+            targeted_cache_control: StoreRules::default().targeted,
             store_set_cookie: false,
             bypass_cookie_requests: false,
             forwarded_request_headers: DEFAULT_FORWARDED_REQUEST_HEADERS
@@ -743,7 +765,10 @@ impl Config {
         StoreRules {
             statuses: self.cache.statuses.clone(),
             default_ttl: self.cache.default_ttl,
+            heuristic_max: self.cache.heuristic_max,
             store_set_cookie: self.cache.store_set_cookie,
+            targeted: self.cache.targeted_cache_control.clone(),
+            stale_if_error: self.cache.stale_if_error,
         }
     }
 }

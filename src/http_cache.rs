@@ -1,14 +1,30 @@
 //! HTTP caching rules (RFC 9111) as pure functions: what may be looked up, what may be stored
 //! and for how long, whether a conditional request is satisfied. They return data; the proxy
 //! acts on it. `now` and times are parameters, never read inside a rule.
+//!
+//! - `directives`: `Cache-Control`, RFC 5861's stale extensions, RFC 9213's targeted fields.
+//! - `freshness`: storability, freshness lifetime (explicit, heuristic, default), age, dates,
+//!   the stale permissions, and updating a stored response from a 304.
+//! - `vary`: Vary fields and normalised variant keys.
+//! - `range`: single byte ranges.
+//! - here: the request plan, the cache key, conditional requests, hop-by-hop and unkeyed
+//!   header removal.
 
+mod directives;
+mod freshness;
 mod range;
+mod vary;
 
+pub use directives::{CacheControl, DELTA_SECONDS_MAX};
+pub use freshness::{
+    age_field, has_validator, parse_date, storability, updated_headers, usable_with_authorization,
+    validates, Freshness, StoreRules,
+};
 pub use range::{parse_range, range_answer, RangeAnswer, RangeRequest};
+pub use vary::{variant_key, vary_fields};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, StatusCode};
-use std::time::{Duration, SystemTime};
+use http::Method;
 
 /// Why a request or response is not cached; feeds `Cache-Status` details and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,8 +41,8 @@ pub enum NoStore {
     NoStore,
     /// `Cache-Control: private`.
     Private,
-    /// `Cache-Control: no-cache` on the response (we do not revalidate).
-    NoCache,
+    /// `must-understand` on a status this cache does not understand (RFC 9111 §5.2.2.3).
+    MustUnderstand,
     /// A `Set-Cookie` header (storing them is off).
     SetCookie,
     /// `Vary: *`.
@@ -54,7 +70,7 @@ impl NoStore {
             NoStore::Status => "status",
             NoStore::NoStore => "no-store",
             NoStore::Private => "private",
-            NoStore::NoCache => "no-cache",
+            NoStore::MustUnderstand => "must-understand",
             NoStore::SetCookie => "set-cookie",
             NoStore::VaryStar => "vary-star",
             NoStore::Authorization => "authorization",
@@ -63,54 +79,6 @@ impl NoStore {
             NoStore::Range => "range",
             NoStore::Head => "head",
         }
-    }
-}
-
-/// The `Cache-Control` directives that matter to a shared cache.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CacheControl {
-    /// `no-store`.
-    pub no_store: bool,
-    /// `no-cache` (with or without field names: treated the same).
-    pub no_cache: bool,
-    /// `private` (with or without field names: treated the same).
-    pub private: bool,
-    /// `public`.
-    pub public: bool,
-    /// `must-revalidate`.
-    pub must_revalidate: bool,
-    /// `max-age=N` seconds.
-    pub max_age: Option<u64>,
-    /// `s-maxage=N` seconds.
-    pub s_maxage: Option<u64>,
-}
-
-impl CacheControl {
-    /// Parses every `Cache-Control` field of `headers`. Directive names are case-insensitive;
-    /// a malformed delta-seconds value makes the response stale (`0`), as RFC 9111 §1.2.2 asks.
-    pub fn parse(headers: &HeaderMap) -> CacheControl {
-        let mut cc = CacheControl::default();
-        for value in headers.get_all(header::CACHE_CONTROL) {
-            let Ok(text) = value.to_str() else { continue };
-            for directive in text.split(',') {
-                let (name, arg) = match directive.split_once('=') {
-                    Some((n, a)) => (n.trim(), Some(a.trim().trim_matches('"'))),
-                    None => (directive.trim(), None),
-                };
-                let seconds = || arg.map(|a| a.parse::<u64>().unwrap_or(0));
-                match name.to_ascii_lowercase().as_str() {
-                    "no-store" => cc.no_store = true,
-                    "no-cache" => cc.no_cache = true,
-                    "private" => cc.private = true,
-                    "public" => cc.public = true,
-                    "must-revalidate" | "proxy-revalidate" => cc.must_revalidate = true,
-                    "max-age" => cc.max_age = seconds().or(Some(0)),
-                    "s-maxage" => cc.s_maxage = seconds().or(Some(0)),
-                    _ => {}
-                }
-            }
-        }
-        cc
     }
 }
 
@@ -162,143 +130,6 @@ pub fn request_plan(method: &Method, headers: &HeaderMap, bypass_cookies: bool) 
     }
 }
 
-/// The rules a response must pass to be stored, from configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreRules {
-    /// Statuses that may be stored.
-    pub statuses: Vec<u16>,
-    /// Freshness for responses that give none (`None`: do not store them).
-    pub default_ttl: Option<Duration>,
-    /// Whether responses with `Set-Cookie` may be stored (the cookie is then stored too and sent
-    /// to every client: almost never what you want).
-    pub store_set_cookie: bool,
-}
-
-impl Default for StoreRules {
-    fn default() -> Self {
-        StoreRules {
-            statuses: vec![200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501],
-            default_ttl: None,
-            store_set_cookie: false,
-        }
-    }
-}
-
-/// How long a stored response stays fresh.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Freshness {
-    /// The freshness lifetime (RFC 9111 §4.2.1).
-    pub lifetime: Duration,
-    /// The response's age when it arrived (§4.2.3): `max(Age, now - Date)`.
-    pub initial_age: Duration,
-}
-
-impl Freshness {
-    /// How long it stays fresh from its arrival.
-    pub fn remaining(&self) -> Duration {
-        self.lifetime.saturating_sub(self.initial_age)
-    }
-}
-
-fn header_date(headers: &HeaderMap, name: HeaderName) -> Option<SystemTime> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| httpdate::parse_http_date(s).ok())
-}
-
-/// Decides whether a response may be stored and, if so, its freshness. `authorized`: the
-/// request carried `Authorization`. `now` is the wall-clock time the response arrived.
-pub fn storability(
-    status: StatusCode,
-    headers: &HeaderMap,
-    authorized: bool,
-    rules: &StoreRules,
-    now: SystemTime,
-) -> Result<Freshness, NoStore> {
-    if !rules.statuses.contains(&status.as_u16()) {
-        return Err(NoStore::Status);
-    }
-    let cc = CacheControl::parse(headers);
-    if cc.no_store {
-        return Err(NoStore::NoStore);
-    }
-    if cc.private {
-        return Err(NoStore::Private);
-    }
-    if cc.no_cache {
-        return Err(NoStore::NoCache);
-    }
-    if !rules.store_set_cookie && headers.contains_key(header::SET_COOKIE) {
-        return Err(NoStore::SetCookie);
-    }
-    let vary_star = headers.get_all(header::VARY).iter().any(|v| {
-        v.to_str()
-            .is_ok_and(|s| s.split(',').any(|f| f.trim() == "*"))
-    });
-    if vary_star {
-        return Err(NoStore::VaryStar);
-    }
-    // RFC 9111 §3.5: a shared cache stores a response to an authorized request only if the
-    // response explicitly allows it.
-    if authorized && !(cc.public || cc.s_maxage.is_some() || cc.must_revalidate) {
-        return Err(NoStore::Authorization);
-    }
-    let date = header_date(headers, header::DATE);
-    // §4.2.1: s-maxage, then max-age, then Expires - Date.
-    let lifetime = if let Some(s) = cc.s_maxage.or(cc.max_age) {
-        Some(Duration::from_secs(s))
-    } else if headers.contains_key(header::EXPIRES) {
-        // An invalid Expires (e.g. "0") means already expired (§5.3).
-        match (header_date(headers, header::EXPIRES), date.unwrap_or(now)) {
-            (Some(exp), d) => Some(exp.duration_since(d).unwrap_or(Duration::ZERO)),
-            (None, _) => Some(Duration::ZERO),
-        }
-    } else {
-        rules.default_ttl
-    };
-    let Some(lifetime) = lifetime else {
-        return Err(NoStore::NotFresh);
-    };
-    let age_header = headers
-        .get(header::AGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .map_or(Duration::ZERO, Duration::from_secs);
-    let apparent = date
-        .and_then(|d| now.duration_since(d).ok())
-        .unwrap_or(Duration::ZERO);
-    let freshness = Freshness {
-        lifetime,
-        initial_age: age_header.max(apparent),
-    };
-    if freshness.remaining().is_zero() {
-        return Err(NoStore::NotFresh);
-    }
-    Ok(freshness)
-}
-
-/// Whether a stored response may answer a request that carries `Authorization`: only if it was
-/// marked `public`, `s-maxage` or `must-revalidate` (RFC 9111 §3.5).
-pub fn usable_with_authorization(headers: &HeaderMap) -> bool {
-    let cc = CacheControl::parse(headers);
-    cc.public || cc.s_maxage.is_some() || cc.must_revalidate
-}
-
-/// The field names a response varies on (lower-case), empty if none.
-pub fn vary_fields(headers: &HeaderMap) -> Vec<HeaderName> {
-    let mut fields: Vec<HeaderName> = headers
-        .get_all(header::VARY)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|s| s.split(','))
-        .filter_map(|f| HeaderName::from_bytes(f.trim().as_bytes()).ok())
-        .collect();
-    fields.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-    fields.dedup();
-    fields
-}
-
 /// The cache key of a request: method class (`GET` for GET and HEAD), scheme, authority
 /// (lower-case) and path with query.
 pub fn cache_key(scheme: &str, authority: &str, path_and_query: &str) -> String {
@@ -308,62 +139,6 @@ pub fn cache_key(scheme: &str, authority: &str, path_and_query: &str) -> String 
         authority.to_ascii_lowercase(),
         path_and_query
     )
-}
-
-/// The key of one variant: the primary key plus, for each field the response varies on, the
-/// request's values of it (RFC 9111 §4.1). `request` must be the headers the origin received
-/// (after hop-by-hop removal), so that a variant is keyed on what selected it. Values are keyed
-/// on their bytes (leading and trailing whitespace aside): a value that is not text is its own
-/// key, never the same as an absent field, and an absent field matches only an absent field.
-pub fn variant_key(primary: &str, fields: &[HeaderName], request: &HeaderMap) -> String {
-    if fields.is_empty() {
-        return primary.to_string();
-    }
-    let mut key = String::from(primary);
-    for f in fields {
-        key.push('\n');
-        key.push_str(f.as_str());
-        let mut values = request.get_all(f).iter();
-        match values.next() {
-            None => key.push('!'),
-            Some(first) => {
-                key.push(':');
-                push_escaped(&mut key, first.as_bytes());
-                for v in values {
-                    key.push(',');
-                    push_escaped(&mut key, v.as_bytes());
-                }
-            }
-        }
-    }
-    key
-}
-
-/// Appends a field value to a key: printable ASCII as it is, `\\` and every other byte as
-/// `\xNN`, so that distinct byte strings give distinct keys.
-fn push_escaped(key: &mut String, value: &[u8]) {
-    let trimmed = value
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(&value[..0], |start| {
-            let end = value
-                .iter()
-                .rposition(|b| !matches!(b, b' ' | b'\t'))
-                .map_or(start, |e| e + 1);
-            &value[start..end]
-        });
-    for &b in trimmed {
-        match b {
-            b'\\' => key.push_str("\\\\"),
-            b' '..=b'~' => key.push(char::from(b)),
-            _ => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                key.push_str("\\x");
-                key.push(char::from(HEX[usize::from(b >> 4)]));
-                key.push(char::from(HEX[usize::from(b & 15)]));
-            }
-        }
-    }
 }
 
 /// Whether a conditional request is answered by the stored response with 304 (RFC 9110
@@ -492,6 +267,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, SystemTime};
 
     fn h(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut m = HeaderMap::new();
@@ -510,20 +286,6 @@ mod tests {
 
     fn date(secs: u64) -> String {
         httpdate::fmt_http_date(t(secs))
-    }
-
-    #[test]
-    fn cache_control_parses_case_and_quotes() {
-        let cc = CacheControl::parse(&h(&[
-            ("cache-control", "Public, MAX-AGE=\"60\""),
-            ("cache-control", "s-maxage=10, no-cache=\"set-cookie\""),
-        ]));
-        assert!(cc.public && cc.no_cache && !cc.private);
-        assert_eq!((cc.max_age, cc.s_maxage), (Some(60), Some(10)));
-        assert_eq!(
-            CacheControl::parse(&h(&[("cache-control", "max-age=x")])).max_age,
-            Some(0)
-        );
     }
 
     #[test]
@@ -567,142 +329,11 @@ mod tests {
     }
 
     #[test]
-    fn freshness_prefers_s_maxage_then_max_age_then_expires() {
-        let r = StoreRules::default();
-        let ok = StatusCode::OK;
-        let f = |hs: &[(&str, &str)]| storability(ok, &h(hs), false, &r, t(0));
-        assert_eq!(
-            f(&[("cache-control", "max-age=60, s-maxage=30")])
-                .unwrap()
-                .lifetime,
-            Duration::from_secs(30)
-        );
-        assert_eq!(
-            f(&[("cache-control", "max-age=60")]).unwrap().lifetime,
-            Duration::from_secs(60)
-        );
-        let d0 = date(0);
-        let d100 = date(100);
-        let fr = f(&[("date", &d0), ("expires", &d100)]).unwrap();
-        assert_eq!(fr.lifetime, Duration::from_secs(100));
-        assert_eq!(
-            f(&[("date", &d0), ("expires", "0")]),
-            Err(NoStore::NotFresh)
-        );
-        assert_eq!(f(&[]), Err(NoStore::NotFresh));
-        let rules = StoreRules {
-            default_ttl: Some(Duration::from_secs(5)),
-            ..StoreRules::default()
-        };
-        assert_eq!(
-            storability(ok, &h(&[]), false, &rules, t(0))
-                .unwrap()
-                .lifetime,
-            Duration::from_secs(5)
-        );
-    }
-
-    #[test]
-    fn age_counts_against_freshness() {
-        let r = StoreRules::default();
-        let d0 = date(0);
-        // Age header 20 s, Date 30 s ago: initial age is the larger, 30 s.
-        let fr = storability(
-            StatusCode::OK,
-            &h(&[
-                ("cache-control", "max-age=60"),
-                ("age", "20"),
-                ("date", &d0),
-            ]),
-            false,
-            &r,
-            t(30),
-        )
-        .unwrap();
-        assert_eq!(fr.initial_age, Duration::from_secs(30));
-        assert_eq!(fr.remaining(), Duration::from_secs(30));
-        // Older than its lifetime on arrival: not stored.
-        let stale = storability(
-            StatusCode::OK,
-            &h(&[("cache-control", "max-age=60"), ("age", "61")]),
-            false,
-            &r,
-            t(0),
-        );
-        assert_eq!(stale, Err(NoStore::NotFresh));
-    }
-
-    #[test]
-    fn what_is_never_stored() {
-        let r = StoreRules::default();
-        let ok = StatusCode::OK;
-        let cc = |v: &str| vec![("cache-control", v.to_string())];
-        let check = |hs: Vec<(&str, String)>, auth: bool| {
-            let pairs: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            storability(ok, &h(&pairs), auth, &r, t(0))
-        };
-        assert_eq!(
-            check(cc("no-store, max-age=60"), false),
-            Err(NoStore::NoStore)
-        );
-        assert_eq!(
-            check(cc("private, max-age=60"), false),
-            Err(NoStore::Private)
-        );
-        assert_eq!(
-            check(cc("no-cache, max-age=60"), false),
-            Err(NoStore::NoCache)
-        );
-        let mut sc = cc("max-age=60");
-        sc.push(("set-cookie", "a=b".into()));
-        assert_eq!(check(sc, false), Err(NoStore::SetCookie));
-        let mut vs = cc("max-age=60");
-        vs.push(("vary", "Accept, *".into()));
-        assert_eq!(check(vs, false), Err(NoStore::VaryStar));
-        assert_eq!(check(cc("max-age=60"), true), Err(NoStore::Authorization));
-        assert!(check(cc("public, max-age=60"), true).is_ok());
-        assert!(check(cc("s-maxage=60"), true).is_ok());
-        assert_eq!(
-            storability(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &h(&[("cache-control", "max-age=60")]),
-                false,
-                &r,
-                t(0)
-            ),
-            Err(NoStore::Status)
-        );
-        for code in [200u16, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501] {
-            let s = StatusCode::from_u16(code).unwrap();
-            assert!(storability(s, &h(&[("cache-control", "max-age=9")]), false, &r, t(0)).is_ok());
-        }
-    }
-
-    #[test]
-    fn keys_and_variants() {
+    fn keys() {
         assert_eq!(
             cache_key("http", "Example.COM", "/a?b=1"),
             "GET http://example.com/a?b=1"
         );
-        let resp = h(&[
-            ("vary", "Accept-Encoding, accept-language"),
-            ("vary", "accept-encoding"),
-        ]);
-        let fields = vary_fields(&resp);
-        assert_eq!(
-            fields,
-            vec![header::ACCEPT_ENCODING, header::ACCEPT_LANGUAGE]
-        );
-        let a = variant_key("k", &fields, &h(&[("accept-encoding", "gzip")]));
-        let b = variant_key("k", &fields, &h(&[("accept-encoding", "br")]));
-        let c = variant_key(
-            "k",
-            &fields,
-            &h(&[("accept-encoding", "gzip"), ("x-other", "1")]),
-        );
-        assert_ne!(a, b);
-        assert_eq!(a, c);
-        assert_eq!(variant_key("k", &[], &h(&[("accept-encoding", "br")])), "k");
     }
 
     #[test]

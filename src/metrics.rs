@@ -22,6 +22,9 @@ pub struct Metrics {
     origin_bytes: AtomicU64,
     origin_errors: [AtomicU64; OriginError::ALL.len()],
     store_over_budget: AtomicU64,
+    refreshes: AtomicU64,
+    stale_served: [AtomicU64; 2],
+    invalidations: AtomicU64,
     stores: AtomicU64,
     stored_bytes: AtomicU64,
     store_aborts: AtomicU64,
@@ -52,6 +55,9 @@ impl Default for Metrics {
             stored_bytes: AtomicU64::new(0),
             store_aborts: AtomicU64::new(0),
             store_over_budget: AtomicU64::new(0),
+            refreshes: AtomicU64::new(0),
+            stale_served: Default::default(),
+            invalidations: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
@@ -104,6 +110,27 @@ impl Metrics {
     /// filled `limits.store_buffer_bytes`.
     pub fn store_over_budget(&self) {
         self.store_over_budget.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a stored object refreshed by a 304 (its headers and freshness; not a body write).
+    pub fn refreshed(&self) {
+        self.refreshes.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a stale object served: while it is refreshed (`error: false`), or because the
+    /// origin failed (`error: true`).
+    pub fn stale_served(&self, error: bool) {
+        self.stale_served[usize::from(error)].fetch_add(1, Relaxed);
+    }
+
+    /// Counts stored objects removed by an unsafe request's response (RFC 9111 §4.4).
+    pub fn invalidated(&self, n: u64) {
+        self.invalidations.fetch_add(n, Relaxed);
+    }
+
+    /// Refreshes so far.
+    pub fn refreshes(&self) -> u64 {
+        self.refreshes.load(Relaxed)
     }
 
     /// Counts a request served by another request's fetch.
@@ -211,6 +238,30 @@ impl Metrics {
             "cache_write_over_budget_total",
             "Responses not stored because the bodies being stored at once filled limits.store_buffer_bytes.",
             &one(&self.store_over_budget),
+        );
+        counter(
+            "cache_refreshes_total",
+            "Stored objects refreshed by a 304 revalidation (headers and freshness; not body writes).",
+            &one(&self.refreshes),
+        );
+        counter(
+            "stale_served_total",
+            "Stale objects served, by reason.",
+            &[
+                (
+                    "{reason=\"while-revalidate\"}".into(),
+                    self.stale_served[0].load(Relaxed),
+                ),
+                (
+                    "{reason=\"if-error\"}".into(),
+                    self.stale_served[1].load(Relaxed),
+                ),
+            ],
+        );
+        counter(
+            "cache_invalidations_total",
+            "Stored objects removed after an unsafe request (RFC 9111 4.4).",
+            &one(&self.invalidations),
         );
         counter(
             "coalesced_total",

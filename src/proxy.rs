@@ -30,18 +30,19 @@ pub mod fetch;
 pub mod hit;
 pub mod outcome;
 mod pump;
+mod revalidate;
 
 use crate::admission::{Admission, Decision};
 use crate::body::{empty, ProxyBody};
 use crate::clock::Clock;
 use crate::config::ValidConfig;
 use crate::hash::KeyHash;
-use crate::http_cache::{cache_key, request_plan, variant_key, RequestPlan, StoreRules};
+use crate::http_cache::{request_plan, variant_key, RequestPlan, StoreRules};
 use crate::metrics::Metrics;
 use crate::origin::OriginError;
 use crate::origin::Origins;
 use crate::store::{moka_builder, Maintained};
-use authority::{AuthorityError, Host};
+use authority::AuthorityError;
 use cached::{CachedObject, Entry, FreshFor};
 use check::{Rules, Target};
 use classify::{classify, Intent, ResponseHead};
@@ -49,11 +50,12 @@ use coalesce::{Inflight, Leader, Role};
 use fetch::{content_length, origin_error, response_head, upstream_request, FetchError, Upload};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
-use http::{Method, Request, Response, Uri};
+use http::{Method, Request, Response};
 use hyper::body::{Body, Incoming};
 use moka::sync::Cache;
 use outcome::{CacheStatus, Outcome, Refusal};
 use pump::StoreJob;
+pub use revalidate::PurgeTarget;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -78,6 +80,29 @@ pub struct Lookup {
     pub found: Found,
     /// The key: the primary key, or the variant key the request selects.
     pub key: String,
+}
+
+/// What an origin exchange was allowed and needs after the response head arrives.
+struct Exchange {
+    intent: Intent,
+    /// The coalesced fetch this is, if any.
+    leader: Option<Leader>,
+    /// The request's headers as the origin received them (for a stored variant's key).
+    request_headers: HeaderMap,
+    /// The request carried `Authorization`.
+    authorized: bool,
+    /// The origin was asked with HEAD (no body will come).
+    upstream_head: bool,
+    /// The client asked with HEAD (it gets no body).
+    client_head: bool,
+}
+
+/// Safe methods (RFC 9110 §9.2.1); every other method, known or not, can change the target.
+fn is_safe(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    )
 }
 
 /// Phase 4's answer for a miss.
@@ -142,6 +167,8 @@ pub struct Proxy {
     store_budget: Arc<Semaphore>,
     bypass_cookies: bool,
     access_log: bool,
+    /// How long stale objects are kept for revalidation and stale serving.
+    stale_keep: Duration,
 }
 
 /// What `serve` decided, before the common headers go on.
@@ -199,6 +226,7 @@ impl Proxy {
             )),
             bypass_cookies: config.cache.bypass_cookie_requests,
             access_log: config.log.access_log,
+            stale_keep: config.cache.stale_keep,
         })
     }
 
@@ -221,25 +249,8 @@ impl Proxy {
     /// Removes the object cached for `url` (`http://host/path?query`), every variant of it.
     /// Returns whether anything was cached.
     pub fn purge(&self, url: &str) -> Result<bool, PurgeError> {
-        let uri: Uri = url.parse().map_err(|_| PurgeError::NotUrl(url.into()))?;
-        let authority = uri
-            .authority()
-            .ok_or_else(|| PurgeError::NoHost(url.into()))?;
-        let host = Host::parse(authority.as_str().as_bytes(), 80).map_err(|error| {
-            PurgeError::BadHost {
-                url: url.into(),
-                error,
-            }
-        })?;
-        let pq = uri.path_and_query().map_or("/", |p| p.as_str());
-        let primary = cache_key(self.check_rules.scheme, host.as_str(), pq);
-        let cache = self.store.cache();
-        let found = cache.remove(&primary);
-        if let Some(Entry::Variants(_)) = found {
-            let prefix = format!("{primary}\n");
-            let _ = cache.invalidate_entries_if(move |k, _| k.starts_with(&prefix));
-        }
-        Ok(found.is_some())
+        self.purge_target(&PurgeTarget::Url(url.to_string()), false)
+            .map(|n| n > 0)
     }
 
     /// Removes everything.
@@ -267,6 +278,10 @@ impl Proxy {
         let h = response.headers_mut();
         h.insert("x-cache", HeaderValue::from_static(outcome.as_str()));
         h.insert("cache-status", status.header());
+        // RFC 9213: the fields targeted at this cache are its own, not the client's.
+        for name in &self.rules.targeted {
+            h.remove(name);
+        }
         h.append(header::VIA, HeaderValue::from_static("1.1 secondhit"));
         // Body bytes sent, as known when the headers go out (a HEAD sends none).
         let bytes = if head_request {
@@ -317,8 +332,20 @@ impl Proxy {
             Found::Fresh(obj) if plan != RequestPlan::Refresh => {
                 return self.hit(&obj, &parts, None);
             }
-            Found::Stale(_) => self.store.cache().invalidate(&lookup.key),
-            Found::Fresh(_) | Found::Miss => {}
+            // Stale, or asked for with `no-cache`: confirm it with the origin first (RFC 9111
+            // §4.3), or serve it at once and refresh it behind (RFC 5861 §3).
+            Found::Fresh(obj) | Found::Stale(obj) => {
+                if plan != RequestPlan::Refresh
+                    && obj.may_serve_while_revalidating(self.clock.now())
+                {
+                    self.refresh_in_background(&parts.headers, &target, client, &lookup.key, &obj);
+                    return self.stale(&obj, &parts, false);
+                }
+                return self
+                    .revalidate(parts, &target, client, &lookup.key, obj)
+                    .await;
+            }
+            Found::Miss => {}
         }
         if let RequestPlan::LookupOnly(reason) = plan {
             return self
@@ -432,10 +459,17 @@ impl Proxy {
             }
         };
         let upload_failed = upload.failed();
-        let authorized = parts.headers.contains_key(header::AUTHORIZATION);
-        let head_request = parts.method == Method::HEAD;
+        let mut parts = parts;
+        if intent == Intent::Admitted {
+            // The object will be stored: fetch it whole, whatever the client's own conditions
+            // (a 304 to them could not be stored); the client then gets the full response.
+            revalidate::strip_client_conditionals(&mut parts.headers);
+        }
+        let method = parts.method.clone();
+        let head_request = method == Method::HEAD;
         // The selecting headers of a stored variant are the ones the origin received.
         let request_headers = (intent == Intent::Admitted).then(|| parts.headers.clone());
+        let authorized = parts.headers.contains_key(header::AUTHORIZATION);
         let request = match upstream_request(
             parts.method,
             parts.headers,
@@ -452,8 +486,32 @@ impl Proxy {
             Ok(r) => r,
             Err(e) => return self.fetch_failed(e),
         };
+        if !is_safe(&method)
+            && (response.status().is_success() || response.status().is_redirection())
+        {
+            self.invalidate_after_unsafe(target, response.headers());
+        }
+        let exchange = Exchange {
+            intent,
+            leader,
+            request_headers: request_headers.unwrap_or_default(),
+            authorized,
+            upstream_head: head_request,
+            client_head: head_request,
+        };
+        self.respond(response, target, exchange)
+    }
+
+    /// Phases 6 and 7 for an origin response: classify it, then stream it to the client and,
+    /// when allowed, store it.
+    fn respond(
+        self: &Arc<Self>,
+        response: Response<Incoming>,
+        target: &Target,
+        x: Exchange,
+    ) -> Answer {
         let (mut rparts, rbody) = response.into_parts();
-        let expected = response_head(rparts.status, &mut rparts.headers, head_request);
+        let expected = response_head(rparts.status, &mut rparts.headers, x.upstream_head);
 
         // 6. classify
         let head = ResponseHead {
@@ -462,9 +520,9 @@ impl Proxy {
             length: expected,
         };
         let c = classify(
-            intent,
+            x.intent,
             head,
-            authorized,
+            x.authorized,
             &self.rules,
             self.limits.max_object,
             SystemTime::now(),
@@ -472,17 +530,17 @@ impl Proxy {
         // Without a store job the leader is dropped here, and its followers fetch for themselves.
         let job = c.store.map(|freshness| StoreJob {
             primary: target.key.clone(),
-            request_headers: request_headers.unwrap_or_default(),
+            request_headers: x.request_headers,
             status: rparts.status,
             headers: rparts.headers.clone(),
             freshness,
-            leader,
+            leader: x.leader,
         });
 
         // 7. pump
         let body = self.pump(rbody, expected, job);
         let mut response = Response::from_parts(rparts, body);
-        if head_request {
+        if x.client_head {
             *response.body_mut() = empty();
         }
         Answer {
@@ -525,11 +583,15 @@ impl Proxy {
         })
     }
 
-    fn fetch_failed(&self, e: FetchError) -> Answer {
+    fn count_fetch_failure(&self, e: FetchError) {
         match e {
             FetchError::Origin(kind) => self.metrics.origin_error(kind),
             FetchError::ClientBody => self.metrics.refused(),
         }
+    }
+
+    fn fetch_failed(&self, e: FetchError) -> Answer {
+        self.count_fetch_failure(e);
         let (response, status) = e.response();
         Answer {
             response,

@@ -5,7 +5,7 @@ use crate::body::{text, ProxyBody};
 use crate::clock::Clock;
 use crate::config::ValidConfig;
 use crate::listener;
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, PurgeTarget};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -136,16 +136,33 @@ fn admin_response(proxy: &Proxy, req: &Request<Incoming>) -> Response<ProxyBody>
         }
         ("/healthz", &Method::GET) => text(StatusCode::OK, "ok\n"),
         ("/purge", _) if purge_method => {
-            let url = query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("url="))
-                .map(percent_decode);
-            match url {
-                None => text(StatusCode::BAD_REQUEST, "give ?url=http://host/path\n"),
-                Some(url) => match proxy.purge(&url) {
-                    Ok(found) => text(StatusCode::OK, format!("{{\"purged\":{found}}}\n")),
-                    Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
-                },
+            let param = |name: &str| {
+                query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                    .map(percent_decode)
+            };
+            let soft = param("soft").is_some_and(|v| v == "1" || v == "true");
+            let what = match (param("url"), param("prefix"), param("tag")) {
+                (Some(u), None, None) => PurgeTarget::Url(u),
+                (None, Some(p), None) => PurgeTarget::Prefix(p),
+                (None, None, Some(t)) => PurgeTarget::Tag(t),
+                _ => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        "give one of ?url=http://host/path, ?prefix=http://host/path or ?tag=T (and &soft=1 to mark stale instead of removing)\n",
+                    )
+                }
+            };
+            let soft_field = if soft { ",\"soft\":true" } else { "" };
+            match proxy.purge_target(&what, soft) {
+                // A URL purge answers whether anything was there; the others, how many objects.
+                Ok(n) if matches!(what, PurgeTarget::Url(_)) => text(
+                    StatusCode::OK,
+                    format!("{{\"purged\":{}{soft_field}}}\n", n > 0),
+                ),
+                Ok(n) => text(StatusCode::OK, format!("{{\"purged\":{n}{soft_field}}}\n")),
+                Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
             }
         }
         ("/purge-all", _) if purge_method => {
@@ -156,7 +173,7 @@ fn admin_response(proxy: &Proxy, req: &Request<Incoming>) -> Response<ProxyBody>
         ("/purge" | "/purge-all", _) => text(StatusCode::METHOD_NOT_ALLOWED, "use POST or PURGE\n"),
         _ => text(
             StatusCode::NOT_FOUND,
-            "admin: /metrics, /healthz, POST /purge?url=URL, POST /purge-all\n",
+            "admin: /metrics, /healthz, POST /purge?url=URL|prefix=URL|tag=T[&soft=1], POST /purge-all\n",
         ),
     }
 }

@@ -2,6 +2,7 @@
 //! responses vary, the list of fields they vary on ([`Entry::Variants`]). Both are entries of the
 //! one moka store and both are weighed, so the capacity bounds everything the cache keeps.
 
+use crate::http_cache::Freshness;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName};
 use http::StatusCode;
@@ -25,9 +26,50 @@ pub struct CachedObject {
     pub initial_age: Duration,
     /// Whether it may answer requests with `Authorization`.
     pub auth_ok: bool,
+    /// How long past `fresh_until` it may be served while refreshed in the background
+    /// (`stale-while-revalidate`; zero under `must-revalidate` or `no-cache`).
+    pub stale_while_revalidate: Duration,
+    /// How long past `fresh_until` it may be served when the origin fails (`stale-if-error` or
+    /// the configured default; zero under `must-revalidate` or `no-cache`).
+    pub stale_if_error: Duration,
+    /// When the store may drop it: `fresh_until` plus `cache.stale_keep` (or the stale
+    /// windows, if longer), so it can still be revalidated or served stale.
+    pub keep_until: Duration,
+    /// Its surrogate keys (`Surrogate-Key`, `Cache-Tag`), for purge by tag.
+    pub tags: Box<[Box<str>]>,
 }
 
 impl CachedObject {
+    /// A stored response, arriving at `now` with `freshness`, kept `stale_keep` past it.
+    pub fn new(
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+        now: Duration,
+        freshness: &Freshness,
+        stale_keep: Duration,
+    ) -> CachedObject {
+        let fresh_until = now + freshness.remaining();
+        let tags = surrogate_keys(&headers);
+        let auth_ok = crate::http_cache::usable_with_authorization(&headers);
+        CachedObject {
+            status,
+            headers,
+            body,
+            stored_at: now,
+            fresh_until,
+            initial_age: freshness.initial_age,
+            auth_ok,
+            stale_while_revalidate: freshness.stale_while_revalidate,
+            stale_if_error: freshness.stale_if_error,
+            keep_until: fresh_until
+                + stale_keep
+                    .max(freshness.stale_while_revalidate)
+                    .max(freshness.stale_if_error),
+            tags,
+        }
+    }
+
     /// Its age at `now` (RFC 9111 §4.2.3).
     pub fn age(&self, now: Duration) -> Duration {
         self.initial_age + now.saturating_sub(self.stored_at)
@@ -37,6 +79,68 @@ impl CachedObject {
     pub fn is_fresh(&self, now: Duration) -> bool {
         now < self.fresh_until
     }
+
+    /// Seconds of freshness left at `now`; negative once stale.
+    pub fn ttl(&self, now: Duration) -> i64 {
+        let secs = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        if now < self.fresh_until {
+            secs(self.fresh_until - now)
+        } else {
+            -secs(now - self.fresh_until)
+        }
+    }
+
+    /// Whether, stale at `now`, it may be served while it is refreshed in the background.
+    pub fn may_serve_while_revalidating(&self, now: Duration) -> bool {
+        now < self.fresh_until + self.stale_while_revalidate
+    }
+
+    /// Whether, stale at `now`, it may be served because the origin failed.
+    pub fn may_serve_on_error(&self, now: Duration) -> bool {
+        now < self.fresh_until + self.stale_if_error
+    }
+
+    /// A copy that is stale from `now` on (a soft purge), its stale windows kept.
+    pub fn expired_at(&self, now: Duration) -> CachedObject {
+        let fresh_until = self.fresh_until.min(now);
+        CachedObject {
+            status: self.status,
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            stored_at: self.stored_at,
+            fresh_until,
+            initial_age: self.initial_age,
+            auth_ok: self.auth_ok,
+            stale_while_revalidate: self.stale_while_revalidate,
+            stale_if_error: self.stale_if_error,
+            keep_until: self.keep_until,
+            tags: self.tags.clone(),
+        }
+    }
+
+    /// Whether it carries the surrogate key `tag`.
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| &**t == tag)
+    }
+}
+
+/// The surrogate keys of a response: `Surrogate-Key` (space-separated, as Fastly) and
+/// `Cache-Tag` (comma-separated, as Cloudflare).
+fn surrogate_keys(headers: &HeaderMap) -> Box<[Box<str>]> {
+    let mut tags: Vec<Box<str>> = Vec::new();
+    for (name, split) in [("surrogate-key", ' '), ("cache-tag", ',')] {
+        for v in headers.get_all(name).iter().filter_map(|v| v.to_str().ok()) {
+            tags.extend(
+                v.split(split)
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(Box::from),
+            );
+        }
+    }
+    tags.sort();
+    tags.dedup();
+    tags.into_boxed_slice()
 }
 
 /// One store entry.
@@ -79,8 +183,9 @@ impl Entry {
     }
 }
 
-/// moka's per-entry expiry: an object lives while it is fresh (memory reclamation only; whether a
-/// hit is fresh is decided on the proxy's own clock); a Variants entry lives until evicted.
+/// moka's per-entry expiry: an object lives until its `keep_until` (memory reclamation only;
+/// whether a hit is fresh is decided on the proxy's own clock); a Variants entry lives until
+/// evicted.
 pub struct FreshFor;
 
 impl moka::Expiry<String, Entry> for FreshFor {
@@ -91,7 +196,7 @@ impl moka::Expiry<String, Entry> for FreshFor {
         _created_at: std::time::Instant,
     ) -> Option<Duration> {
         match value {
-            Entry::Object(o) => Some(o.fresh_until.saturating_sub(o.stored_at)),
+            Entry::Object(o) => Some(o.keep_until.saturating_sub(o.stored_at)),
             Entry::Variants(_) => None,
         }
     }
@@ -142,20 +247,58 @@ mod tests {
     fn every_entry_weighs_its_key_and_contents() {
         let mut headers = HeaderMap::new();
         headers.insert(header::ETAG, HeaderValue::from_static("\"1\""));
-        let obj = Entry::Object(Arc::new(CachedObject {
-            status: StatusCode::OK,
-            headers,
-            body: Bytes::from(vec![0; 1000]),
-            stored_at: Duration::ZERO,
-            fresh_until: Duration::from_secs(1),
+        let freshness = Freshness {
+            lifetime: Duration::from_secs(1),
             initial_age: Duration::ZERO,
-            auth_ok: false,
-        }));
+            no_cache: false,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+        };
+        let obj = Entry::Object(Arc::new(CachedObject::new(
+            StatusCode::OK,
+            headers,
+            Bytes::from(vec![0; 1000]),
+            Duration::ZERO,
+            &freshness,
+            Duration::ZERO,
+        )));
         assert_eq!(obj.weight("k", true), 1000);
         assert_eq!(obj.weight("k", false), 1 + (4 + 3 + 4) + 1000 + 64);
         let v = Entry::Variants(Arc::from(vec![header::ACCEPT_LANGUAGE]));
         let long_key = "k".repeat(5000);
         assert_eq!(v.weight(&long_key, false), 5000 + 15 + 8 + 64);
         assert_eq!(v.weight(&long_key, true), 0);
+    }
+}
+
+#[cfg(test)]
+mod stale_tests {
+    use super::*;
+    use http::header::HeaderValue;
+
+    #[test]
+    fn stale_windows_tags_and_soft_purge() {
+        let mut headers = HeaderMap::new();
+        headers.append("surrogate-key", HeaderValue::from_static("a b  b"));
+        headers.append("cache-tag", HeaderValue::from_static("c, a"));
+        let f = Freshness {
+            lifetime: Duration::from_secs(10),
+            initial_age: Duration::from_secs(2),
+            no_cache: false,
+            stale_while_revalidate: Duration::from_secs(30),
+            stale_if_error: Duration::from_secs(600),
+        };
+        let s = Duration::from_secs;
+        let o = CachedObject::new(StatusCode::OK, headers, Bytes::new(), s(100), &f, s(60));
+        assert_eq!(o.fresh_until, s(108));
+        assert_eq!(o.keep_until, s(108 + 600));
+        assert_eq!(&*o.tags, [Box::from("a"), Box::from("b"), Box::from("c")]);
+        assert!(o.has_tag("b") && !o.has_tag("d"));
+        assert_eq!((o.ttl(s(100)), o.ttl(s(118))), (8, -10));
+        assert!(o.may_serve_while_revalidating(s(137)) && !o.may_serve_while_revalidating(s(138)));
+        assert!(o.may_serve_on_error(s(707)) && !o.may_serve_on_error(s(708)));
+        let soft = o.expired_at(s(104));
+        assert!(!soft.is_fresh(s(104)) && o.is_fresh(s(104)));
+        assert!(soft.may_serve_while_revalidating(s(133)));
     }
 }

@@ -29,7 +29,7 @@ pub fn serve(
     request: &HeaderMap,
     now: Duration,
 ) -> (Response<ProxyBody>, CacheStatus) {
-    let status = CacheStatus::hit(obj.fresh_until.saturating_sub(now).as_secs());
+    let status = CacheStatus::hit(obj.ttl(now));
     let age = HeaderValue::from(obj.age(now).as_secs());
     if obj.status == StatusCode::OK
         && not_modified(

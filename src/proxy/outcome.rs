@@ -24,19 +24,28 @@ pub enum Outcome {
     /// The proxy answered itself: the origin failed (502, 504) or the request was refused
     /// (400, 405, 414, 421).
     Error,
+    /// Served from the cache after the origin confirmed it (a conditional request answered
+    /// 304): the stored body, refreshed headers.
+    Revalidated,
+    /// Served stale from the cache: while it is refreshed in the background
+    /// (`stale-while-revalidate`), or because the origin failed (`stale-if-error`).
+    Stale,
 }
 
 impl Outcome {
     /// Every outcome, for metrics.
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 7] = [
         Outcome::Hit,
         Outcome::Miss,
         Outcome::Deferred,
         Outcome::Bypass,
         Outcome::Error,
+        Outcome::Revalidated,
+        Outcome::Stale,
     ];
 
-    /// `HIT`, `MISS`, `DEFERRED`, `BYPASS` or `ERROR`: the `X-Cache` value.
+    /// `HIT`, `MISS`, `DEFERRED`, `BYPASS`, `ERROR`, `REVALIDATED` or `STALE`: the `X-Cache`
+    /// value.
     pub const fn as_str(self) -> &'static str {
         match self {
             Outcome::Hit => "HIT",
@@ -44,6 +53,8 @@ impl Outcome {
             Outcome::Deferred => "DEFERRED",
             Outcome::Bypass => "BYPASS",
             Outcome::Error => "ERROR",
+            Outcome::Revalidated => "REVALIDATED",
+            Outcome::Stale => "STALE",
         }
     }
 
@@ -60,6 +71,8 @@ impl Outcome {
             Outcome::Deferred => "deferred",
             Outcome::Bypass => "bypass",
             Outcome::Error => "error",
+            Outcome::Revalidated => "revalidated",
+            Outcome::Stale => "stale",
         }
     }
 }
@@ -104,13 +117,13 @@ pub struct CacheStatus {
     pub stored: bool,
     /// A token saying more (the reason it was not stored, `collapsed`, ...).
     pub detail: Option<&'static str>,
-    /// Seconds of freshness left (hits).
-    pub ttl: Option<u64>,
+    /// Seconds of freshness left (hits); negative once stale (RFC 9211 §2.4).
+    pub ttl: Option<i64>,
 }
 
 impl CacheStatus {
-    /// A hit with `ttl` seconds of freshness left.
-    pub fn hit(ttl: u64) -> Self {
+    /// A hit with `ttl` seconds of freshness left (negative: stale by that much).
+    pub fn hit(ttl: i64) -> Self {
         CacheStatus {
             hit: true,
             ttl: Some(ttl),

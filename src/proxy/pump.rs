@@ -16,7 +16,7 @@ use super::cached::{owned_headers, CachedObject, Entry};
 use super::coalesce::{Fetched, Leader};
 use super::Proxy;
 use crate::body::{channel, ProxyBody};
-use crate::http_cache::{usable_with_authorization, variant_key, vary_fields, Freshness};
+use crate::http_cache::{variant_key, vary_fields, Freshness};
 use crate::origin::OriginError;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
@@ -190,17 +190,15 @@ impl Proxy {
         if job.status != StatusCode::NO_CONTENT {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         }
-        let auth_ok = usable_with_authorization(&headers);
         let len = body.len() as u64;
-        let object = Arc::new(CachedObject {
-            status: job.status,
+        let object = Arc::new(CachedObject::new(
+            job.status,
             headers,
             body,
-            stored_at: now,
-            fresh_until: now + job.freshness.remaining(),
-            initial_age: job.freshness.initial_age,
-            auth_ok,
-        });
+            now,
+            &job.freshness,
+            self.stale_keep,
+        ));
         self.store
             .insert(key.clone(), Entry::Object(Arc::clone(&object)));
         self.metrics.stored(len);

@@ -1,0 +1,189 @@
+//! Cache directives: `Cache-Control` (RFC 9111 §5.2), its stale extensions (RFC 5861), and the
+//! targeted fields (RFC 9213: `CDN-Cache-Control`, or a configured name such as
+//! `Surrogate-Control`) that take its place for this cache.
+
+use http::header::{self, HeaderMap, HeaderName};
+
+/// RFC 9111 §1.2.2: a delta-seconds value too large to represent, or a calculation on it that
+/// overflows, is taken as 2^31 seconds.
+pub const DELTA_SECONDS_MAX: u64 = 1 << 31;
+
+/// The directives that matter to a shared cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheControl {
+    /// `no-store`.
+    pub no_store: bool,
+    /// `no-cache` (with or without field names: treated the same, revalidate on every use).
+    pub no_cache: bool,
+    /// `private` (with or without field names: treated the same, never stored here).
+    pub private: bool,
+    /// `public`.
+    pub public: bool,
+    /// `must-revalidate` or `proxy-revalidate`: never served stale.
+    pub must_revalidate: bool,
+    /// `must-understand`: store only statuses this cache understands (and then ignore
+    /// `no-store`).
+    pub must_understand: bool,
+    /// `max-age=N` seconds (an invalid value is 0: stale).
+    pub max_age: Option<u64>,
+    /// `s-maxage=N` seconds (an invalid value is 0: stale).
+    pub s_maxage: Option<u64>,
+    /// `stale-while-revalidate=N` seconds (RFC 5861 §3).
+    pub stale_while_revalidate: Option<u64>,
+    /// `stale-if-error=N` seconds (RFC 5861 §4).
+    pub stale_if_error: Option<u64>,
+}
+
+/// A delta-seconds argument: digits only, capped at 2^31; anything else is `None` (invalid).
+fn delta_seconds(arg: &str) -> Option<u64> {
+    let arg = arg.trim().trim_matches('"');
+    if arg.is_empty() || !arg.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(
+        arg.parse::<u64>()
+            .map_or(DELTA_SECONDS_MAX, |n| n.min(DELTA_SECONDS_MAX)),
+    )
+}
+
+impl CacheControl {
+    /// Parses every `Cache-Control` field of `headers`.
+    pub fn parse(headers: &HeaderMap) -> CacheControl {
+        Self::parse_field(headers, &header::CACHE_CONTROL)
+    }
+
+    /// Parses every line of the field `name`. Directive names are case-insensitive. When a
+    /// directive repeats, the first occurrence counts (RFC 9111 §4.2.1); an invalid
+    /// `max-age`/`s-maxage` value makes the response stale (0), as §4.2.1 encourages; invalid
+    /// stale extensions are ignored.
+    pub fn parse_field(headers: &HeaderMap, name: &HeaderName) -> CacheControl {
+        let mut cc = CacheControl::default();
+        for value in headers.get_all(name) {
+            let Ok(text) = value.to_str() else { continue };
+            for directive in text.split(',') {
+                let (name, arg) = match directive.split_once('=') {
+                    Some((n, a)) => (n.trim(), Some(a)),
+                    None => (directive.trim(), None),
+                };
+                let first = |slot: &mut Option<u64>, invalid_is_zero: bool| {
+                    if slot.is_none() {
+                        *slot = match arg.map(delta_seconds) {
+                            Some(Some(n)) => Some(n),
+                            _ if invalid_is_zero => Some(0),
+                            _ => None,
+                        };
+                    }
+                };
+                match name.to_ascii_lowercase().as_str() {
+                    "no-store" => cc.no_store = true,
+                    "no-cache" => cc.no_cache = true,
+                    "private" => cc.private = true,
+                    "public" => cc.public = true,
+                    "must-revalidate" | "proxy-revalidate" => cc.must_revalidate = true,
+                    "must-understand" => cc.must_understand = true,
+                    "max-age" => first(&mut cc.max_age, true),
+                    "s-maxage" => first(&mut cc.s_maxage, true),
+                    "stale-while-revalidate" => first(&mut cc.stale_while_revalidate, false),
+                    "stale-if-error" => first(&mut cc.stale_if_error, false),
+                    _ => {}
+                }
+            }
+        }
+        cc
+    }
+
+    /// The directives that govern this cache's use of a response (RFC 9213 §2.1): those of the
+    /// first field of `targeted` present with a non-empty value, in which case `Cache-Control`
+    /// and `Expires` are ignored (the second value says so); else `Cache-Control`'s.
+    pub fn for_this_cache(headers: &HeaderMap, targeted: &[HeaderName]) -> (CacheControl, bool) {
+        for name in targeted {
+            let present = headers
+                .get_all(name)
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|s| !s.trim().is_empty()));
+            if present {
+                return (Self::parse_field(headers, name), true);
+            }
+        }
+        (Self::parse(headers), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn h(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn directives_parse_case_quotes_and_first_occurrence() {
+        let cc = CacheControl::parse(&h(&[
+            ("cache-control", "Public, MAX-AGE=\"60\""),
+            (
+                "cache-control",
+                "s-maxage=10, no-cache=\"set-cookie\", max-age=5",
+            ),
+        ]));
+        assert!(cc.public && cc.no_cache && !cc.private);
+        // RFC 9111 §4.2.1: the first max-age counts.
+        assert_eq!((cc.max_age, cc.s_maxage), (Some(60), Some(10)));
+    }
+
+    #[test]
+    fn invalid_delta_seconds_are_stale_and_huge_ones_are_capped() {
+        // §4.2.1: invalid freshness information is treated as stale.
+        for bad in [
+            "max-age=x",
+            "max-age=-1",
+            "max-age=1.5",
+            "max-age=",
+            "max-age",
+        ] {
+            let cc = CacheControl::parse(&h(&[("cache-control", bad)]));
+            assert_eq!(cc.max_age, Some(0), "{bad}");
+        }
+        // §1.2.2: too large to represent is 2^31.
+        let cc = CacheControl::parse(&h(&[("cache-control", "max-age=99999999999999999999999")]));
+        assert_eq!(cc.max_age, Some(DELTA_SECONDS_MAX));
+        let cc = CacheControl::parse(&h(&[("cache-control", "stale-while-revalidate=abc")]));
+        assert_eq!(cc.stale_while_revalidate, None);
+    }
+
+    #[test]
+    fn stale_extensions_and_must_understand() {
+        let cc = CacheControl::parse(&h(&[(
+            "cache-control",
+            "max-age=1, stale-while-revalidate=30, stale-if-error=600, must-understand, proxy-revalidate",
+        )]));
+        assert_eq!(cc.stale_while_revalidate, Some(30));
+        assert_eq!(cc.stale_if_error, Some(600));
+        assert!(cc.must_understand && cc.must_revalidate);
+    }
+
+    #[test]
+    fn a_targeted_field_replaces_cache_control() {
+        // RFC 9213 §2.1.
+        let targeted = [HeaderName::from_static("cdn-cache-control")];
+        let headers = h(&[
+            ("cache-control", "no-store"),
+            ("cdn-cache-control", "max-age=600"),
+        ]);
+        let (cc, used) = CacheControl::for_this_cache(&headers, &targeted);
+        assert!(used && !cc.no_store);
+        assert_eq!(cc.max_age, Some(600));
+        let headers = h(&[("cache-control", "max-age=5"), ("cdn-cache-control", " ")]);
+        let (cc, used) = CacheControl::for_this_cache(&headers, &targeted);
+        assert!(!used);
+        assert_eq!(cc.max_age, Some(5));
+    }
+}

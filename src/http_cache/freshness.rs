@@ -1,0 +1,615 @@
+//! Whether a response may be stored, how long it stays fresh, and what may be done with it once
+//! stale (RFC 9111 §3, §4.2; RFC 5861; RFC 9213): pure functions of the response head, the
+//! configured rules and `now`.
+
+use super::directives::{CacheControl, DELTA_SECONDS_MAX};
+use super::NoStore;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::StatusCode;
+use std::time::{Duration, SystemTime};
+
+/// Statuses this cache understands (RFC 9111 §5.2.2.3 `must-understand`): their semantics for
+/// caching are defined by RFC 9110.
+const UNDERSTOOD: [u16; 18] = [
+    200, 203, 204, 300, 301, 302, 303, 307, 308, 400, 403, 404, 405, 410, 414, 500, 501, 503,
+];
+
+/// The rules a response must pass to be stored, from configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreRules {
+    /// Statuses stored without explicit freshness (by the heuristic or `default_ttl`); the
+    /// heuristically cacheable ones of RFC 9110 §15.1 by default. Any other final status is
+    /// stored only with explicit freshness (`max-age`, `s-maxage`, `Expires`).
+    pub statuses: Vec<u16>,
+    /// Freshness for responses that give none and get no heuristic (`None`: do not store them).
+    pub default_ttl: Option<Duration>,
+    /// The heuristic freshness cap (RFC 9111 §4.2.2): a response with `Last-Modified` and no
+    /// explicit freshness is fresh for 10 % of its age since then, at most this. `None`: no
+    /// heuristic.
+    pub heuristic_max: Option<Duration>,
+    /// Whether responses with `Set-Cookie` may be stored (the cookie is then stored too and sent
+    /// to every client: almost never what you want).
+    pub store_set_cookie: bool,
+    /// Targeted cache-control fields for this cache, by precedence (RFC 9213):
+    /// `CDN-Cache-Control` by default.
+    pub targeted: Vec<HeaderName>,
+    /// How long a stale response may answer when the origin fails, if the response does not
+    /// say (`stale-if-error`); zero: only when it says.
+    pub stale_if_error: Duration,
+}
+
+impl Default for StoreRules {
+    fn default() -> Self {
+        StoreRules {
+            statuses: vec![200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501],
+            default_ttl: None,
+            heuristic_max: Some(Duration::from_secs(86_400)),
+            store_set_cookie: false,
+            targeted: vec![HeaderName::from_static("cdn-cache-control")],
+            stale_if_error: Duration::ZERO,
+        }
+    }
+}
+
+/// How long a stored response stays fresh, and what may be done with it after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Freshness {
+    /// The freshness lifetime (RFC 9111 §4.2.1).
+    pub lifetime: Duration,
+    /// The response's age when it arrived (§4.2.3): `max(Age, now - Date)`.
+    pub initial_age: Duration,
+    /// `no-cache`: stored, but revalidated before every use.
+    pub no_cache: bool,
+    /// How long past its freshness it may be served while it is refreshed in the background
+    /// (RFC 5861 §3); zero under `must-revalidate` and `no-cache`.
+    pub stale_while_revalidate: Duration,
+    /// How long past its freshness it may be served when the origin fails (RFC 5861 §4, or the
+    /// configured default); zero under `must-revalidate` and `no-cache`.
+    pub stale_if_error: Duration,
+}
+
+impl Freshness {
+    /// How long it stays fresh from its arrival (zero under `no-cache`).
+    pub fn remaining(&self) -> Duration {
+        if self.no_cache {
+            return Duration::ZERO;
+        }
+        self.lifetime.saturating_sub(self.initial_age)
+    }
+}
+
+/// Parses an HTTP date in any of its three formats (RFC 9110 §5.6.7), also in the wrong letter
+/// case (`thu, 01 JAN 2026 00:00:00 gmt`), as real traffic sends it.
+pub fn parse_date(value: &str) -> Option<SystemTime> {
+    let value = value.trim();
+    if let Ok(t) = httpdate::parse_http_date(value) {
+        return Some(t);
+    }
+    // Day and month names capitalised, GMT in capitals: the form the parser accepts.
+    let mut fixed = String::with_capacity(value.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.eq_ignore_ascii_case("gmt") {
+            out.push_str("GMT");
+        } else {
+            for (i, c) in word.chars().enumerate() {
+                out.push(if i == 0 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c.to_ascii_lowercase()
+                });
+            }
+        }
+        word.clear();
+    };
+    for c in value.chars() {
+        if c.is_ascii_alphabetic() {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut fixed);
+            fixed.push(c);
+        }
+    }
+    flush(&mut word, &mut fixed);
+    httpdate::parse_http_date(&fixed).ok()
+}
+
+fn header_date(headers: &HeaderMap, name: HeaderName) -> Option<SystemTime> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_date)
+}
+
+/// The `Age` of a response (RFC 9111 §5.1): the first member of the field; an invalid value is
+/// ignored (zero); a huge one is capped at 2^31 s.
+pub fn age_field(headers: &HeaderMap) -> Duration {
+    let Some(first) = headers
+        .get(header::AGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.split(',').next())
+        .map(str::trim)
+    else {
+        return Duration::ZERO;
+    };
+    if first.is_empty() || !first.bytes().all(|b| b.is_ascii_digit()) {
+        return Duration::ZERO;
+    }
+    let secs = first
+        .parse::<u64>()
+        .map_or(DELTA_SECONDS_MAX, |n| n.min(DELTA_SECONDS_MAX));
+    Duration::from_secs(secs)
+}
+
+/// Whether a response can be revalidated: it carries an `ETag` or a `Last-Modified`.
+pub fn has_validator(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::ETAG) || headers.contains_key(header::LAST_MODIFIED)
+}
+
+/// Decides whether a response may be stored and, if so, its freshness. `authorized`: the
+/// request carried `Authorization`. `now` is the wall-clock time the response arrived.
+pub fn storability(
+    status: StatusCode,
+    headers: &HeaderMap,
+    authorized: bool,
+    rules: &StoreRules,
+    now: SystemTime,
+) -> Result<Freshness, NoStore> {
+    // Only final, complete responses: a 206 is part of one, a 304 says nothing by itself.
+    if status.is_informational()
+        || status == StatusCode::PARTIAL_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Err(NoStore::Status);
+    }
+    let (cc, targeted) = CacheControl::for_this_cache(headers, &rules.targeted);
+    // RFC 9111 §5.2.2.3: with must-understand, store only understood statuses, and then
+    // no-store does not apply.
+    if cc.must_understand {
+        if !UNDERSTOOD.contains(&status.as_u16()) {
+            return Err(NoStore::MustUnderstand);
+        }
+    } else if cc.no_store {
+        return Err(NoStore::NoStore);
+    }
+    if cc.private {
+        return Err(NoStore::Private);
+    }
+    if !rules.store_set_cookie && headers.contains_key(header::SET_COOKIE) {
+        return Err(NoStore::SetCookie);
+    }
+    let vary_star = headers.get_all(header::VARY).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|s| s.split(',').any(|f| f.trim() == "*"))
+    });
+    if vary_star {
+        return Err(NoStore::VaryStar);
+    }
+    // §3.5: a shared cache stores a response to an authorized request only if the response
+    // explicitly allows it.
+    if authorized && !(cc.public || cc.s_maxage.is_some() || cc.must_revalidate) {
+        return Err(NoStore::Authorization);
+    }
+    let date = header_date(headers, header::DATE);
+    // §4.2.1: s-maxage, then max-age, then Expires - Date (Expires is ignored when a targeted
+    // field governs, RFC 9213 §2.1).
+    let explicit = if let Some(s) = cc.s_maxage.or(cc.max_age) {
+        Some(Duration::from_secs(s))
+    } else if !targeted && headers.contains_key(header::EXPIRES) {
+        // §5.3: an invalid Expires (e.g. "0") means already expired.
+        match header_date(headers, header::EXPIRES) {
+            Some(exp) => Some(
+                exp.duration_since(date.unwrap_or(now))
+                    .unwrap_or(Duration::ZERO),
+            ),
+            None => Some(Duration::ZERO),
+        }
+    } else {
+        None
+    };
+    let lifetime = match explicit {
+        Some(l) => l,
+        // §3: any final status with explicit freshness may be stored; without it, only the
+        // heuristically cacheable ones.
+        None if !rules.statuses.contains(&status.as_u16()) => return Err(NoStore::Status),
+        None => match (
+            rules.heuristic_max,
+            header_date(headers, header::LAST_MODIFIED),
+        ) {
+            // §4.2.2: a fraction (10 %) of the time since Last-Modified.
+            (Some(cap), Some(lm)) => date
+                .unwrap_or(now)
+                .duration_since(lm)
+                .map_or(Duration::ZERO, |d| d / 10)
+                .min(cap),
+            _ => rules.default_ttl.ok_or(NoStore::NotFresh)?,
+        },
+    };
+    let apparent = date
+        .and_then(|d| now.duration_since(d).ok())
+        .unwrap_or(Duration::ZERO);
+    let may_serve_stale = !(cc.must_revalidate || cc.no_cache);
+    let stale = |d: Duration| if may_serve_stale { d } else { Duration::ZERO };
+    let freshness = Freshness {
+        lifetime,
+        initial_age: age_field(headers).max(apparent),
+        no_cache: cc.no_cache,
+        stale_while_revalidate: stale(Duration::from_secs(cc.stale_while_revalidate.unwrap_or(0))),
+        stale_if_error: stale(
+            cc.stale_if_error
+                .map_or(rules.stale_if_error, Duration::from_secs),
+        ),
+    };
+    // Stale on arrival: worth keeping only if it can be revalidated.
+    if freshness.remaining().is_zero() && !has_validator(headers) {
+        return Err(NoStore::NotFresh);
+    }
+    Ok(freshness)
+}
+
+/// Whether a stored response may answer a request that carries `Authorization`: only if it was
+/// marked `public`, `s-maxage` or `must-revalidate` (RFC 9111 §3.5).
+pub fn usable_with_authorization(headers: &HeaderMap) -> bool {
+    let cc = CacheControl::parse(headers);
+    cc.public || cc.s_maxage.is_some() || cc.must_revalidate
+}
+
+/// The stored header fields updated by a `304 Not Modified` (RFC 9111 §3.2, §4.3.4): every field
+/// the 304 carries replaces the stored field of that name, except `Content-Length` (the stored
+/// body is still what it describes).
+pub fn updated_headers(stored: &HeaderMap, not_modified: &HeaderMap) -> HeaderMap {
+    let mut out = stored.clone();
+    for name in not_modified.keys() {
+        if name == header::CONTENT_LENGTH {
+            continue;
+        }
+        out.remove(name);
+        for v in not_modified.get_all(name) {
+            if let Ok(v) = HeaderValue::from_bytes(v.as_bytes()) {
+                out.append(name.clone(), v);
+            }
+        }
+    }
+    out
+}
+
+/// Whether a 304 is about the stored response (RFC 9111 §4.3.4): its ETag, if it has one,
+/// matches the stored one (weak comparison).
+pub fn validates(stored: &HeaderMap, not_modified: &HeaderMap) -> bool {
+    let weak = |v: &HeaderValue| {
+        v.to_str()
+            .map(|s| s.trim().trim_start_matches("W/").to_string())
+            .ok()
+    };
+    match (
+        stored.get(header::ETAG).and_then(weak),
+        not_modified.get(header::ETAG).and_then(weak),
+    ) {
+        (Some(a), Some(b)) => a == b,
+        (None, Some(_)) => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        m
+    }
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+    }
+
+    fn date(secs: u64) -> String {
+        httpdate::fmt_http_date(t(secs))
+    }
+
+    fn ok(hs: &[(&str, &str)]) -> Result<Freshness, NoStore> {
+        storability(StatusCode::OK, &h(hs), false, &StoreRules::default(), t(0))
+    }
+
+    #[test]
+    fn freshness_prefers_s_maxage_then_max_age_then_expires() {
+        // RFC 9111 §4.2.1.
+        assert_eq!(
+            ok(&[("cache-control", "max-age=60, s-maxage=30")])
+                .unwrap()
+                .lifetime,
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            ok(&[("cache-control", "max-age=60")]).unwrap().lifetime,
+            Duration::from_secs(60)
+        );
+        let (d0, d100) = (date(0), date(100));
+        let fr = ok(&[("date", &d0), ("expires", &d100)]).unwrap();
+        assert_eq!(fr.lifetime, Duration::from_secs(100));
+        // §5.3: an invalid Expires is already expired; with no validator it is not kept.
+        assert_eq!(
+            ok(&[("date", &d0), ("expires", "0")]),
+            Err(NoStore::NotFresh)
+        );
+        assert_eq!(ok(&[]), Err(NoStore::NotFresh));
+        let rules = StoreRules {
+            default_ttl: Some(Duration::from_secs(5)),
+            ..StoreRules::default()
+        };
+        let f = storability(StatusCode::OK, &h(&[]), false, &rules, t(0)).unwrap();
+        assert_eq!(f.lifetime, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn expires_in_all_three_formats_and_any_case() {
+        // RFC 9110 §5.6.7: IMF-fixdate, RFC 850, asctime; real traffic also gets the case wrong.
+        let d0 = date(0);
+        for exp in [
+            "Tue, 14 Nov 2023 22:15:00 GMT",
+            "Tuesday, 14-Nov-23 22:15:00 GMT",
+            "Tue Nov 14 22:15:00 2023",
+            "tue, 14 NOV 2023 22:15:00 gmt",
+        ] {
+            let f =
+                ok(&[("date", &d0), ("expires", exp)]).unwrap_or_else(|e| panic!("{exp}: {e:?}"));
+            assert_eq!(f.lifetime, Duration::from_secs(100), "{exp}");
+        }
+    }
+
+    #[test]
+    fn age_counts_against_freshness_and_invalid_ages_are_ignored() {
+        // §4.2.3: the initial age is max(Age, now - Date).
+        let d0 = date(0);
+        let fr = storability(
+            StatusCode::OK,
+            &h(&[
+                ("cache-control", "max-age=60"),
+                ("age", "20"),
+                ("date", &d0),
+            ]),
+            false,
+            &StoreRules::default(),
+            t(30),
+        )
+        .unwrap();
+        assert_eq!(fr.initial_age, Duration::from_secs(30));
+        assert_eq!(fr.remaining(), Duration::from_secs(30));
+        assert_eq!(
+            ok(&[("cache-control", "max-age=60"), ("age", "61")]),
+            Err(NoStore::NotFresh)
+        );
+        // §5.1: the first member of a list; an invalid value is ignored.
+        assert_eq!(age_field(&h(&[("age", "10, 50")])), Duration::from_secs(10));
+        for bad in ["-5", "1.5", "abc", ""] {
+            assert_eq!(age_field(&h(&[("age", bad)])), Duration::ZERO, "{bad}");
+        }
+        // §1.2.2: too large is 2^31.
+        assert_eq!(
+            age_field(&h(&[("age", "99999999999999999999")])),
+            Duration::from_secs(DELTA_SECONDS_MAX)
+        );
+    }
+
+    #[test]
+    fn heuristic_freshness_is_a_tenth_of_the_age_since_last_modified() {
+        // §4.2.2, capped by the rule.
+        let (d0, lm) = (
+            date(0),
+            httpdate::fmt_http_date(t(0) - Duration::from_secs(1000)),
+        );
+        let f = ok(&[("date", &d0), ("last-modified", &lm)]).unwrap();
+        assert_eq!(f.lifetime, Duration::from_secs(100));
+        let old = httpdate::fmt_http_date(t(0) - Duration::from_secs(100 * 86_400));
+        assert_eq!(
+            ok(&[("date", &d0), ("last-modified", &old)])
+                .unwrap()
+                .lifetime,
+            Duration::from_secs(86_400)
+        );
+        // Not for statuses outside the heuristic list.
+        let r = storability(
+            StatusCode::FOUND,
+            &h(&[("date", &d0), ("last-modified", &lm)]),
+            false,
+            &StoreRules::default(),
+            t(0),
+        );
+        assert_eq!(r, Err(NoStore::Status));
+    }
+
+    #[test]
+    fn any_final_status_with_explicit_freshness_may_be_stored() {
+        // §3: 302, 307, 400 and 5xx with max-age; never 1xx or 206.
+        for code in [302u16, 307, 400, 500, 502, 503] {
+            let s = StatusCode::from_u16(code).unwrap();
+            let r = storability(
+                s,
+                &h(&[("cache-control", "max-age=9")]),
+                false,
+                &StoreRules::default(),
+                t(0),
+            );
+            assert!(r.is_ok(), "{code}");
+        }
+        let r = storability(
+            StatusCode::PARTIAL_CONTENT,
+            &h(&[("cache-control", "max-age=9")]),
+            false,
+            &StoreRules::default(),
+            t(0),
+        );
+        assert_eq!(r, Err(NoStore::Status));
+    }
+
+    #[test]
+    fn must_understand_overrides_no_store_for_understood_statuses_only() {
+        // §5.2.2.3.
+        let cc = [("cache-control", "must-understand, no-store, max-age=60")];
+        assert!(ok(&cc).is_ok());
+        let r = storability(
+            StatusCode::from_u16(299).unwrap(),
+            &h(&cc),
+            false,
+            &StoreRules::default(),
+            t(0),
+        );
+        assert_eq!(r, Err(NoStore::MustUnderstand));
+    }
+
+    #[test]
+    fn no_cache_and_must_revalidate_are_stored_but_never_served_stale() {
+        // §5.2.2.4 / §5.2.2.2: stored, revalidated on every use / once stale.
+        let f = ok(&[("cache-control", "no-cache, max-age=60"), ("etag", "\"1\"")]).unwrap();
+        assert!(f.no_cache);
+        assert_eq!(f.remaining(), Duration::ZERO);
+        assert_eq!(f.stale_while_revalidate, Duration::ZERO);
+        // Without a validator a no-cache response cannot be revalidated: not kept.
+        assert_eq!(ok(&[("cache-control", "no-cache")]), Err(NoStore::NotFresh));
+        let f = ok(&[("cache-control", "max-age=0"), ("last-modified", &date(0))]).unwrap();
+        assert_eq!(f.remaining(), Duration::ZERO);
+        let f = ok(&[(
+            "cache-control",
+            "max-age=10, must-revalidate, stale-while-revalidate=60, stale-if-error=60",
+        )])
+        .unwrap();
+        assert_eq!(
+            (f.stale_while_revalidate, f.stale_if_error),
+            (Duration::ZERO, Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn stale_extensions_and_the_configured_default() {
+        // RFC 5861 §3, §4.
+        let f = ok(&[(
+            "cache-control",
+            "max-age=10, stale-while-revalidate=30, stale-if-error=600",
+        )])
+        .unwrap();
+        assert_eq!(f.stale_while_revalidate, Duration::from_secs(30));
+        assert_eq!(f.stale_if_error, Duration::from_secs(600));
+        let rules = StoreRules {
+            stale_if_error: Duration::from_secs(3600),
+            ..StoreRules::default()
+        };
+        let f = storability(
+            StatusCode::OK,
+            &h(&[("cache-control", "max-age=10")]),
+            false,
+            &rules,
+            t(0),
+        )
+        .unwrap();
+        assert_eq!(f.stale_if_error, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn cdn_cache_control_governs_this_cache() {
+        // RFC 9213 §2.1: the targeted field wins, and Expires is ignored with it.
+        let d0 = date(0);
+        let f = ok(&[
+            ("cache-control", "no-store"),
+            ("cdn-cache-control", "max-age=600"),
+        ])
+        .unwrap();
+        assert_eq!(f.lifetime, Duration::from_secs(600));
+        let r = ok(&[
+            ("cache-control", "max-age=600"),
+            ("cdn-cache-control", "no-store"),
+        ]);
+        assert_eq!(r, Err(NoStore::NoStore));
+        let d100 = date(100);
+        let r = ok(&[
+            ("date", &d0),
+            ("expires", &d100),
+            ("cdn-cache-control", "public"),
+        ]);
+        assert_eq!(
+            r,
+            Err(NoStore::NotFresh),
+            "Expires does not apply under a targeted field"
+        );
+    }
+
+    #[test]
+    fn what_is_never_stored() {
+        let cc = |v: &str| vec![("cache-control", v.to_string())];
+        let check = |hs: Vec<(&str, String)>, auth: bool| {
+            let pairs: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            storability(
+                StatusCode::OK,
+                &h(&pairs),
+                auth,
+                &StoreRules::default(),
+                t(0),
+            )
+        };
+        assert_eq!(
+            check(cc("no-store, max-age=60"), false),
+            Err(NoStore::NoStore)
+        );
+        assert_eq!(
+            check(cc("private, max-age=60"), false),
+            Err(NoStore::Private)
+        );
+        let mut sc = cc("max-age=60");
+        sc.push(("set-cookie", "a=b".into()));
+        assert_eq!(check(sc, false), Err(NoStore::SetCookie));
+        let mut vs = cc("max-age=60");
+        vs.push(("vary", "Accept, *".into()));
+        assert_eq!(check(vs, false), Err(NoStore::VaryStar));
+        assert_eq!(check(cc("max-age=60"), true), Err(NoStore::Authorization));
+        assert!(check(cc("public, max-age=60"), true).is_ok());
+        assert!(check(cc("s-maxage=60"), true).is_ok());
+        for code in [200u16, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501] {
+            let s = StatusCode::from_u16(code).unwrap();
+            let r = storability(
+                s,
+                &h(&[("cache-control", "max-age=9")]),
+                false,
+                &StoreRules::default(),
+                t(0),
+            );
+            assert!(r.is_ok(), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_304_updates_the_stored_fields_but_not_the_length() {
+        // §3.2, §4.3.4.
+        let stored = h(&[
+            ("etag", "\"1\""),
+            ("cache-control", "max-age=10"),
+            ("content-length", "5"),
+            ("x-a", "old"),
+        ]);
+        let nm = h(&[
+            ("etag", "\"1\""),
+            ("cache-control", "max-age=99"),
+            ("content-length", "0"),
+            ("x-b", "new"),
+        ]);
+        assert!(validates(&stored, &nm));
+        let u = updated_headers(&stored, &nm);
+        assert_eq!(u["cache-control"], "max-age=99");
+        assert_eq!(u["content-length"], "5");
+        assert_eq!(
+            (&u["x-a"], &u["x-b"]),
+            (
+                &"old".parse::<HeaderValue>().unwrap(),
+                &"new".parse::<HeaderValue>().unwrap()
+            )
+        );
+        assert!(!validates(&stored, &h(&[("etag", "\"2\"")])));
+        assert!(validates(&stored, &h(&[("etag", "W/\"1\"")])));
+        assert!(validates(&stored, &h(&[])));
+    }
+}

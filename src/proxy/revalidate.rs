@@ -1,0 +1,482 @@
+//! Stored objects that need the origin's word (RFC 9111 §4.3, RFC 5861): revalidation with a
+//! conditional request (a 304 refreshes the object's headers and freshness; a full response
+//! replaces it), serving stale while refreshing in the background or when the origin fails,
+//! invalidation after unsafe requests (§4.4), and purges (by URL, prefix or tag; hard or soft).
+//!
+//! A revalidation does not ask the admission policy (the object was admitted) and a 304 is not
+//! a body write: it is counted in `secondhit_cache_refreshes_total`, not in the writes.
+
+use super::authority::Host;
+use super::cached::{CachedObject, Entry};
+use super::check::Target;
+use super::classify::Intent;
+use super::coalesce::{Fetched, Leader, Role};
+use super::fetch::upstream_request;
+use super::outcome::{Fwd, Outcome, Refusal};
+use super::{hit, Answer, Exchange, Proxy, PurgeError};
+use crate::body::empty;
+use crate::http_cache::{cache_key, storability, strip_hop_by_hop, updated_headers, validates};
+use http::header::{self, HeaderMap};
+use http::request::Parts;
+use http::{Method, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// The request fields that make a request conditional or partial: replaced by the cache's own
+/// validators when it revalidates a stored object (the client's are answered from the result).
+const CLIENT_CONDITIONALS: [header::HeaderName; 6] = [
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+    header::RANGE,
+];
+
+/// The headers of a conditional request for `stored` (RFC 9111 §4.3.1): the client's (scrubbed)
+/// headers without its own conditionals, plus `If-None-Match` from the stored `ETag` and
+/// `If-Modified-Since` from the stored `Last-Modified`. A stored response varies only on fields
+/// whose values matched this request's, so the selecting fields sent are the stored request's.
+pub fn conditional_headers(request: &HeaderMap, stored: &HeaderMap) -> HeaderMap {
+    let mut h = request.clone();
+    strip_client_conditionals(&mut h);
+    if let Some(etag) = stored.get(header::ETAG) {
+        h.insert(header::IF_NONE_MATCH, etag.clone());
+    }
+    if let Some(lm) = stored.get(header::LAST_MODIFIED) {
+        h.insert(header::IF_MODIFIED_SINCE, lm.clone());
+    }
+    h
+}
+
+/// Removes the fields that make a request conditional or partial.
+pub fn strip_client_conditionals(headers: &mut HeaderMap) {
+    for name in CLIENT_CONDITIONALS {
+        headers.remove(name);
+    }
+}
+
+/// The path of `location` (a `Location` or `Content-Location` value) if it names the same origin
+/// as the request (RFC 9111 §4.4: only then may it be invalidated).
+pub fn same_origin_path(location: &str, host: &Host, scheme: &str) -> Option<String> {
+    if location.starts_with('/') && !location.starts_with("//") {
+        return Some(location.to_string());
+    }
+    let uri: Uri = location.parse().ok()?;
+    if uri.scheme_str() != Some(scheme) {
+        return None;
+    }
+    let other = Host::parse(uri.authority()?.as_str().as_bytes(), 80).ok()?;
+    (other == *host).then(|| uri.path_and_query().map_or("/", |p| p.as_str()).to_string())
+}
+
+/// Which stored objects a purge removes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PurgeTarget {
+    /// One URL (`http://host/path?query`), every variant of it.
+    Url(String),
+    /// Every URL that starts with this one.
+    Prefix(String),
+    /// Every object carrying this surrogate key (`Surrogate-Key`, `Cache-Tag`).
+    Tag(String),
+}
+
+impl Proxy {
+    /// Revalidates a stored object for a request that may not use it as it is: one conditional
+    /// request per key at a time (concurrent requests wait for it), then answers from what came
+    /// back.
+    pub(super) async fn revalidate(
+        self: &Arc<Self>,
+        parts: Parts,
+        target: &Target,
+        client: IpAddr,
+        key: &str,
+        stored: Arc<CachedObject>,
+    ) -> Answer {
+        let authorized = parts.headers.contains_key(header::AUTHORIZATION);
+        let leader = match self.inflight.join(key) {
+            Role::Leader(l) => Some(l),
+            Role::Follower(f) => {
+                let fetched = f.wait(self.timeouts.coalesce_wait, &parts.headers).await;
+                if let Some(f) = fetched.filter(|f| f.object.auth_ok || !authorized) {
+                    self.metrics.coalesced();
+                    return self.hit(&f.object, &parts, Some("collapsed"));
+                }
+                None
+            }
+        };
+        let headers = conditional_headers(&parts.headers, &stored.headers);
+        let request = match upstream_request(Method::GET, headers, target, client, empty()) {
+            Ok(r) => r,
+            Err(_) => return self.refuse(Refusal::BadTarget),
+        };
+        let response = match self.fetch(request, target, &AtomicBool::new(false)).await {
+            Ok(r) => r,
+            Err(e) => {
+                if stored.may_serve_on_error(self.clock.now()) {
+                    self.count_fetch_failure(e);
+                    return self.stale(&stored, &parts, true);
+                }
+                return self.fetch_failed(e);
+            }
+        };
+        let status = response.status();
+        if status == StatusCode::NOT_MODIFIED {
+            let (mut rparts, _) = response.into_parts();
+            strip_hop_by_hop(&mut rparts.headers);
+            if validates(&stored.headers, &rparts.headers) {
+                let refreshed = self.refresh(key, &stored, &rparts.headers);
+                if let Some(leader) = leader {
+                    leader.complete(Arc::new(Fetched {
+                        object: Arc::clone(&refreshed),
+                        primary: target.key.clone(),
+                        key: key.to_string(),
+                    }));
+                }
+                let (response, mut cs) =
+                    hit::serve(&refreshed, &parts.method, &parts.headers, self.clock.now());
+                cs.hit = false;
+                cs.fwd = Some(Fwd::Stale);
+                cs.fwd_status = Some(304);
+                return Answer {
+                    response,
+                    outcome: Outcome::Revalidated,
+                    status: cs,
+                };
+            }
+            // A 304 for something else than what is stored: nothing to refresh; fetch it whole.
+            self.store.cache().invalidate(key);
+            let request = conditional_headers(&parts.headers, &HeaderMap::new());
+            let Ok(request) = upstream_request(Method::GET, request, target, client, empty())
+            else {
+                return self.refuse(Refusal::BadTarget);
+            };
+            return match self.fetch(request, target, &AtomicBool::new(false)).await {
+                Ok(r) => self.replace(r, &parts, target, leader),
+                Err(e) => self.fetch_failed(e),
+            };
+        }
+        if matches!(status.as_u16(), 500 | 502 | 503 | 504)
+            && stored.may_serve_on_error(self.clock.now())
+        {
+            return self.stale(&stored, &parts, true);
+        }
+        self.replace(response, &parts, target, leader)
+    }
+
+    /// A full response to a revalidation replaces the stored object (no admission: it was
+    /// admitted; a body write), or, if it may not be stored, is passed on.
+    fn replace(
+        self: &Arc<Self>,
+        response: Response<Incoming>,
+        parts: &Parts,
+        target: &Target,
+        leader: Option<Leader>,
+    ) -> Answer {
+        let code = response.status().as_u16();
+        let exchange = Exchange {
+            intent: Intent::Admitted,
+            leader,
+            request_headers: parts.headers.clone(),
+            authorized: parts.headers.contains_key(header::AUTHORIZATION),
+            upstream_head: false,
+            client_head: parts.method == Method::HEAD,
+        };
+        let mut answer = self.respond(response, target, exchange);
+        answer.status.fwd = Some(Fwd::Stale);
+        answer.status.fwd_status = Some(code);
+        answer
+    }
+
+    /// Refreshes a stored object from a 304 (RFC 9111 §4.3.4): its headers updated, its
+    /// freshness computed again from them, the same body. If the updated headers no longer
+    /// allow storing it, it is dropped from the store and answers only this request.
+    fn refresh(
+        &self,
+        key: &str,
+        stored: &CachedObject,
+        not_modified: &HeaderMap,
+    ) -> Arc<CachedObject> {
+        let mut headers = updated_headers(&stored.headers, not_modified);
+        let now = self.clock.now();
+        let freshness = storability(
+            stored.status,
+            &headers,
+            false,
+            &self.rules,
+            SystemTime::now(),
+        );
+        headers.remove(header::AGE);
+        match freshness {
+            Ok(f) => {
+                let object = Arc::new(CachedObject::new(
+                    stored.status,
+                    headers,
+                    stored.body.clone(),
+                    now,
+                    &f,
+                    self.stale_keep,
+                ));
+                self.store
+                    .insert(key.to_string(), Entry::Object(Arc::clone(&object)));
+                self.metrics.refreshed();
+                object
+            }
+            Err(_) => {
+                self.store.cache().invalidate(key);
+                let mut once = stored.expired_at(now);
+                once.headers = headers;
+                Arc::new(once)
+            }
+        }
+    }
+
+    /// Starts a background revalidation of a stale object served under
+    /// `stale-while-revalidate`, unless one (or a fetch of the key) is already under way.
+    pub(super) fn refresh_in_background(
+        self: &Arc<Self>,
+        request: &HeaderMap,
+        target: &Target,
+        client: IpAddr,
+        key: &str,
+        stored: &Arc<CachedObject>,
+    ) {
+        let Role::Leader(leader) = self.inflight.join(key) else {
+            return;
+        };
+        let proxy = Arc::clone(self);
+        let (request, target, key, stored) = (
+            request.clone(),
+            target.clone(),
+            key.to_string(),
+            Arc::clone(stored),
+        );
+        tokio::spawn(async move {
+            let headers = conditional_headers(&request, &stored.headers);
+            let Ok(upstream) = upstream_request(Method::GET, headers, &target, client, empty())
+            else {
+                return;
+            };
+            let Ok(response) = proxy
+                .fetch(upstream, &target, &AtomicBool::new(false))
+                .await
+            else {
+                return; // counted by fetch; the stale object stays as it is
+            };
+            if response.status() == StatusCode::NOT_MODIFIED {
+                let (mut rparts, _) = response.into_parts();
+                strip_hop_by_hop(&mut rparts.headers);
+                if validates(&stored.headers, &rparts.headers) {
+                    let object = proxy.refresh(&key, &stored, &rparts.headers);
+                    leader.complete(Arc::new(Fetched {
+                        object,
+                        primary: target.key.clone(),
+                        key,
+                    }));
+                }
+                return;
+            }
+            // A full response: store it as a replacement; nobody reads this copy.
+            let exchange = Exchange {
+                intent: Intent::Admitted,
+                leader: Some(leader),
+                request_headers: request,
+                authorized: false,
+                upstream_head: false,
+                client_head: true,
+            };
+            drop(proxy.respond(response, &target, exchange));
+        });
+    }
+
+    /// Serves a stale object: while it is refreshed (`error: false`, RFC 5861 §3) or because the
+    /// origin failed (`error: true`, §4).
+    pub(super) fn stale(&self, stored: &CachedObject, parts: &Parts, error: bool) -> Answer {
+        self.metrics.stale_served(error);
+        let (response, mut cs) =
+            hit::serve(stored, &parts.method, &parts.headers, self.clock.now());
+        if error {
+            cs.hit = false;
+            cs.fwd = Some(Fwd::Stale);
+            cs.detail = Some("stale-if-error");
+        } else {
+            cs.detail = Some("stale-while-revalidate");
+        }
+        Answer {
+            response,
+            outcome: Outcome::Stale,
+            status: cs,
+        }
+    }
+
+    /// RFC 9111 §4.4: a non-error response to an unsafe request invalidates the target URI and
+    /// the same-origin `Location` and `Content-Location`.
+    pub(super) fn invalidate_after_unsafe(&self, target: &Target, response: &HeaderMap) {
+        let scheme = self.check_rules.scheme;
+        let mut n = self.remove_url(&target.key);
+        for name in [header::LOCATION, header::CONTENT_LOCATION] {
+            let path = response
+                .get(&name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| same_origin_path(l, &target.host, scheme));
+            if let Some(path) = path {
+                n += self.remove_url(&cache_key(scheme, target.host.as_str(), &path));
+            }
+        }
+        self.metrics.invalidated(n);
+    }
+
+    /// Removes the objects stored under a primary key (all its variants); returns how many.
+    fn remove_url(&self, primary: &str) -> u64 {
+        self.purge_entries(primary, false, |k, _| is_key_or_variant(k, primary))
+    }
+
+    /// Removes (`soft`: marks stale, so the next request revalidates) the stored objects a purge
+    /// names; returns how many.
+    pub fn purge_target(&self, what: &PurgeTarget, soft: bool) -> Result<u64, PurgeError> {
+        Ok(match what {
+            PurgeTarget::Url(url) => {
+                let primary = self.key_of_url(url)?;
+                self.purge_entries(&primary, soft, |k, _| is_key_or_variant(k, &primary))
+            }
+            PurgeTarget::Prefix(url) => {
+                let prefix = self.key_of_url(url)?;
+                self.purge_entries("", soft, |k, _| k.starts_with(&prefix))
+            }
+            PurgeTarget::Tag(tag) => self.purge_entries(
+                "",
+                soft,
+                |_, v| matches!(v, Entry::Object(o) if o.has_tag(tag)),
+            ),
+        })
+    }
+
+    /// The primary key of `url` (`http://host/path?query`).
+    pub(super) fn key_of_url(&self, url: &str) -> Result<String, PurgeError> {
+        let uri: Uri = url.parse().map_err(|_| PurgeError::NotUrl(url.into()))?;
+        let authority = uri
+            .authority()
+            .ok_or_else(|| PurgeError::NoHost(url.into()))?;
+        let host = Host::parse(authority.as_str().as_bytes(), 80).map_err(|error| {
+            PurgeError::BadHost {
+                url: url.into(),
+                error,
+            }
+        })?;
+        let pq = uri.path_and_query().map_or("/", |p| p.as_str());
+        Ok(cache_key(self.check_rules.scheme, host.as_str(), pq))
+    }
+
+    /// Removes or (`soft`) expires every object entry matching; `exact`, when not empty, is a
+    /// key to try directly first (the common single-URL case needs no scan unless it varies).
+    fn purge_entries(
+        &self,
+        exact: &str,
+        soft: bool,
+        matches: impl Fn(&str, &Entry) -> bool,
+    ) -> u64 {
+        let cache = self.store.cache();
+        let now = self.clock.now();
+        let scan = match (exact.is_empty(), cache.get(exact)) {
+            (false, Some(Entry::Object(o))) => {
+                self.purge_one(exact, &o, soft, now);
+                return 1;
+            }
+            (false, None) => return 0,
+            _ => true,
+        };
+        let mut n = 0;
+        if scan {
+            let found: Vec<(Arc<String>, Entry)> =
+                cache.iter().filter(|(k, v)| matches(k, v)).collect();
+            for (k, v) in found {
+                match v {
+                    Entry::Object(o) => {
+                        self.purge_one(&k, &o, soft, now);
+                        n += 1;
+                    }
+                    // The Vary record goes with a hard purge; a soft one keeps it (its variants
+                    // are still there, stale).
+                    Entry::Variants(_) if !soft => cache.invalidate(&*k),
+                    Entry::Variants(_) => {}
+                }
+            }
+        }
+        n
+    }
+
+    fn purge_one(&self, key: &str, object: &CachedObject, soft: bool, now: Duration) {
+        let cache = self.store.cache();
+        if soft {
+            cache.insert(
+                key.to_string(),
+                Entry::Object(Arc::new(object.expired_at(now))),
+            );
+        } else {
+            cache.invalidate(key);
+        }
+    }
+}
+
+/// Whether `key` is `primary` or one of its variants.
+fn is_key_or_variant(key: &str, primary: &str) -> bool {
+    key.strip_prefix(primary)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('\n'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn conditional_headers_replace_the_clients_own() {
+        let mut req = HeaderMap::new();
+        req.insert(
+            header::IF_NONE_MATCH,
+            HeaderValue::from_static("\"client\""),
+        );
+        req.insert(header::RANGE, HeaderValue::from_static("bytes=0-1"));
+        req.insert(header::ACCEPT, HeaderValue::from_static("text/html"));
+        let mut stored = HeaderMap::new();
+        stored.insert(header::ETAG, HeaderValue::from_static("\"v1\""));
+        stored.insert(
+            header::LAST_MODIFIED,
+            HeaderValue::from_static("Wed, 01 Jan 2025 00:00:00 GMT"),
+        );
+        let h = conditional_headers(&req, &stored);
+        assert_eq!(h[header::IF_NONE_MATCH], "\"v1\"");
+        assert_eq!(
+            h[header::IF_MODIFIED_SINCE],
+            "Wed, 01 Jan 2025 00:00:00 GMT"
+        );
+        assert!(!h.contains_key(header::RANGE));
+        assert_eq!(h[header::ACCEPT], "text/html");
+    }
+
+    #[test]
+    fn only_same_origin_locations_are_invalidated() {
+        // RFC 9111 §4.4.
+        let host = Host::parse(b"a.test", 80).unwrap();
+        let p = |l: &str| same_origin_path(l, &host, "http");
+        assert_eq!(p("/x?y").as_deref(), Some("/x?y"));
+        assert_eq!(p("http://A.test:80/z").as_deref(), Some("/z"));
+        assert_eq!(p("http://b.test/z"), None);
+        assert_eq!(p("https://a.test/z"), None);
+        assert_eq!(p("//b.test/z"), None);
+        assert_eq!(p("relative"), None);
+    }
+
+    #[test]
+    fn variants_belong_to_their_primary_key() {
+        assert!(is_key_or_variant("GET http://h/a", "GET http://h/a"));
+        assert!(is_key_or_variant(
+            "GET http://h/a\naccept!",
+            "GET http://h/a"
+        ));
+        assert!(!is_key_or_variant("GET http://h/ab", "GET http://h/a"));
+    }
+}
