@@ -33,8 +33,20 @@ pub fn content(path: &str, size: usize) -> Vec<u8> {
 pub struct TestOrigin {
     pub addr: SocketAddr,
     counts: Arc<Mutex<HashMap<String, u64>>>,
-    streamed: Arc<AtomicU64>,
+    shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+/// State the routes share.
+#[derive(Default)]
+struct Shared {
+    /// Body bytes the `/stream/` route handed out.
+    streamed: AtomicU64,
+    /// Responses made by `/reval/` (each carries its number in `x-response`).
+    responses: AtomicU64,
+    /// 304s sent by `/reval/`, by path and query.
+    not_modified: Mutex<HashMap<String, u64>>,
 }
 
 impl TestOrigin {
@@ -50,7 +62,26 @@ impl TestOrigin {
 
     /// Body bytes the `/stream/` route has handed to its connections so far.
     pub fn streamed(&self) -> u64 {
-        self.streamed.load(Ordering::Relaxed)
+        self.shared.streamed.load(Ordering::Relaxed)
+    }
+
+    /// 304s `/reval/` sent for a path (with its query).
+    pub fn not_modified(&self, path: &str) -> u64 {
+        self.shared
+            .not_modified
+            .lock()
+            .unwrap()
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Stops the origin: its port refuses connections and every open connection is closed.
+    pub fn stop(&self) {
+        self.task.abort();
+        for c in self.connections.lock().unwrap().drain(..) {
+            c.abort();
+        }
     }
 
     /// The origin's URL.
@@ -61,15 +92,37 @@ impl TestOrigin {
 
 impl Drop for TestOrigin {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
+}
+
+/// A query parameter, percent-decoded.
+fn param(req: &Request<Incoming>, name: &str) -> Option<String> {
+    let q = req.uri().query()?;
+    let raw = q.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?;
+    let mut out = Vec::new();
+    let b = raw.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok())) {
+            (b'%', Some(h)) if u8::from_str_radix(h, 16).is_ok() => {
+                out.push(u8::from_str_radix(h, 16).unwrap());
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into()).map_err(|e| match e {}).boxed()
 }
 
-async fn respond(req: Request<Incoming>, streamed: Arc<AtomicU64>) -> Response<Body> {
+async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let size = req
         .uri()
@@ -138,13 +191,47 @@ async fn respond(req: Request<Incoming>, streamed: Arc<AtomicU64>) -> Response<B
                     if tx.send(Ok(Frame::data(chunk.slice(..n)))).await.is_err() {
                         break;
                     }
-                    streamed.fetch_add(n as u64, Ordering::Relaxed);
+                    shared.streamed.fetch_add(n as u64, Ordering::Relaxed);
                     left -= n;
                 }
             });
             cc(b, "no-store")
                 .header("content-length", size)
                 .body(StreamBody::new(ReceiverStream(rx)).boxed())
+        }
+        // For revalidation tests. ETag "v1", Last-Modified fixed; the query sets the rest:
+        // cc= Cache-Control, cdn= CDN-Cache-Control, sc= Surrogate-Control, tag= Surrogate-Key,
+        // slow=MS delays the answer. A matching If-None-Match gets a 304 (counted). Other
+        // methods get post_status= (default 200) with loc= as Location. Every response says
+        // its number in x-response.
+        "reval" => {
+            if let Some(ms) = param(&req, "slow").and_then(|v| v.parse().ok()) {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            let n = shared.responses.fetch_add(1, Ordering::Relaxed) + 1;
+            let mut b = b.header("x-response", n).header("date", httpdate::fmt_http_date(std::time::SystemTime::now()));
+            for (q, h) in [("cc", "cache-control"), ("cdn", "cdn-cache-control"), ("sc", "surrogate-control"), ("tag", "surrogate-key")] {
+                if let Some(v) = param(&req, q) {
+                    b = b.header(h, v);
+                }
+            }
+            if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+                let code = param(&req, "post_status").and_then(|v| v.parse().ok()).unwrap_or(200u16);
+                if let Some(loc) = param(&req, "loc") {
+                    b = b.header("location", loc);
+                }
+                return b.status(code).body(full("done")).unwrap();
+            }
+            let etag_matches = req
+                .headers()
+                .get("if-none-match")
+                .is_some_and(|v| v.as_bytes() == format!("\"{}\"", path.len()).as_bytes());
+            if etag_matches {
+                let key = req.uri().path_and_query().map_or(String::new(), |p| p.to_string());
+                *shared.not_modified.lock().unwrap().entry(key).or_default() += 1;
+                return b.status(StatusCode::NOT_MODIFIED).body(full("")).unwrap();
+            }
+            b.body(full(body))
         }
         // 204 No Content, cacheable.
         "nocontent" => {
@@ -232,39 +319,41 @@ pub async fn start() -> TestOrigin {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let counts: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
-    let streamed: Arc<AtomicU64> = Arc::default();
-    let c = counts.clone();
-    let st = streamed.clone();
+    let shared: Arc<Shared> = Arc::default();
+    let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+    let (c, sh, conns) = (counts.clone(), shared.clone(), connections.clone());
     let task = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
             let c = c.clone();
-            let st = st.clone();
-            tokio::spawn(async move {
+            let sh = sh.clone();
+            let conn = tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let c = c.clone();
-                    let st = st.clone();
+                    let sh = sh.clone();
                     async move {
                         let key = req
                             .uri()
                             .path_and_query()
                             .map_or("/".to_string(), |p| p.as_str().to_string());
                         *c.lock().unwrap().entry(key).or_default() += 1;
-                        Ok::<_, Infallible>(respond(req, st).await)
+                        Ok::<_, Infallible>(respond(req, sh).await)
                     }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), svc)
                     .await;
             });
+            conns.lock().unwrap().push(conn.abort_handle());
         }
     });
     TestOrigin {
         addr,
         counts,
-        streamed,
+        shared,
         task,
+        connections,
     }
 }
