@@ -274,7 +274,9 @@ pub struct CacheConfig {
     pub bypass_cookie_requests: bool,
     /// The request fields a GET or HEAD may pass to the origin; every other field is dropped,
     /// so no input outside the cache key can shape a stored response (hop-by-hop fields are
-    /// always dropped; `Host`, `Via` and `X-Forwarded-For` are always set by the proxy).
+    /// always dropped; `Host`, `Via` and `X-Forwarded-For` are always set by the proxy). `"*"`
+    /// forwards every field except the header-override ones (`X-Forwarded-Host`, ...): for
+    /// origins that never let a request field change a cacheable response without `Vary`.
     #[serde(deserialize_with = "de_header_names")]
     pub forwarded_request_headers: Vec<HeaderName>,
     /// Weigh entries by body only and run moka's maintenance after every write and every 32
@@ -619,6 +621,10 @@ pub struct Overrides {
     /// Log one line per request.
     #[arg(long)]
     pub access_log: bool,
+    /// Request fields a GET or HEAD may pass to the origin, comma-separated (replaces
+    /// cache.forwarded_request_headers); "*" forwards all but the header-override fields.
+    #[arg(long, value_delimiter = ',')]
+    pub forwarded_request_headers: Option<Vec<HeaderName>>,
 }
 
 /// A window flag: `None` never rotates on time.
@@ -706,6 +712,9 @@ impl Config {
         }
         if o.access_log {
             self.log.access_log = true;
+        }
+        if let Some(v) = o.forwarded_request_headers {
+            self.cache.forwarded_request_headers = v;
         }
     }
 

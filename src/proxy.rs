@@ -5,7 +5,7 @@
 //! ```text
 //!  1 check     method, body on GET/HEAD, target length, Host, route ─ Refusal ──> ERROR (4xx)
 //!              │ Target { host, origin, key }            (check.rs, authority.rs)
-//!    scrub     headers become what the origin will receive (check.rs)
+//!              hop-by-hop fields removed (the origin never gets them)
 //!  2 plan      bypass / look up / look up only / refresh  (http_cache::request_plan)
 //!              │ bypass ──────────────────── fetch, never store ───────────> BYPASS
 //!  3 lookup    fresh ──── serve from memory (304 / 206 / HEAD) (hit.rs) ────> HIT
@@ -318,7 +318,9 @@ impl Proxy {
             Ok(t) => t,
             Err(refusal) => return self.refuse(refusal),
         };
-        check::scrub(&parts.method, &mut parts.headers, &self.forwarded);
+        // Hop-by-hop fields never reach the origin: gone before the key and any Vary variant is
+        // made from these headers.
+        crate::http_cache::strip_hop_by_hop(&mut parts.headers);
         // 2. plan
         let plan = request_plan(&parts.method, &parts.headers, self.bypass_cookies);
         if let RequestPlan::Bypass(reason) = plan {
@@ -476,6 +478,7 @@ impl Proxy {
             target,
             client,
             upload.into_body(),
+            &self.forwarded,
         ) {
             Ok(r) => r,
             Err(_) => return self.refuse(Refusal::BadTarget),

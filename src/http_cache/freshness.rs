@@ -121,19 +121,21 @@ fn header_date(headers: &HeaderMap, name: HeaderName) -> Option<SystemTime> {
         .and_then(parse_date)
 }
 
-/// The `Age` of a response (RFC 9111 §5.1): the first member of the field; an invalid value is
-/// ignored (zero); a huge one is capped at 2^31 s.
+/// The `Age` of a response (RFC 9111 §5.1): the first member of the field, capped at 2^31 s
+/// (§1.2.2); absent, zero. An invalid value (not a non-negative integer: `abc`, `-5`, `1.5`,
+/// `7200;foo=bar`) makes the response stale, as §5.1 asks: it is taken as 2^31 s.
 pub fn age_field(headers: &HeaderMap) -> Duration {
-    let Some(first) = headers
-        .get(header::AGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.split(',').next())
-        .map(str::trim)
-    else {
+    let Some(value) = headers.get(header::AGE) else {
         return Duration::ZERO;
     };
+    let first = value
+        .to_str()
+        .ok()
+        .and_then(|s| s.split(',').next())
+        .map(str::trim)
+        .unwrap_or("");
     if first.is_empty() || !first.bytes().all(|b| b.is_ascii_digit()) {
-        return Duration::ZERO;
+        return Duration::from_secs(DELTA_SECONDS_MAX);
     }
     let secs = first
         .parse::<u64>()
@@ -209,6 +211,9 @@ pub fn storability(
     };
     let lifetime = match explicit {
         Some(l) => l,
+        // §5.2.2.4: no-cache responses are stored to be revalidated on every use; their
+        // lifetime does not matter (a validator is checked below).
+        None if cc.no_cache => Duration::ZERO,
         // §3: any final status with explicit freshness may be stored; without it, only the
         // heuristically cacheable ones.
         None if !rules.statuses.contains(&status.as_u16()) => return Err(NoStore::Status),
@@ -254,13 +259,23 @@ pub fn usable_with_authorization(headers: &HeaderMap) -> bool {
     cc.public || cc.s_maxage.is_some() || cc.must_revalidate
 }
 
+/// Fields a 304 never updates (RFC 9111 §3.2): those that describe the stored body itself (its
+/// length, coding, digest, range) and the validator that selected it.
+const NOT_UPDATED_BY_304: [&str; 5] = [
+    "content-length",
+    "content-encoding",
+    "content-md5",
+    "content-range",
+    "etag",
+];
+
 /// The stored header fields updated by a `304 Not Modified` (RFC 9111 §3.2, §4.3.4): every field
-/// the 304 carries replaces the stored field of that name, except `Content-Length` (the stored
-/// body is still what it describes).
+/// the 304 carries replaces the stored field of that name, except those that describe the stored
+/// body (`Content-Length`, `Content-Encoding`, `Content-MD5`, `Content-Range`) and its `ETag`.
 pub fn updated_headers(stored: &HeaderMap, not_modified: &HeaderMap) -> HeaderMap {
     let mut out = stored.clone();
     for name in not_modified.keys() {
-        if name == header::CONTENT_LENGTH {
+        if NOT_UPDATED_BY_304.contains(&name.as_str()) {
             continue;
         }
         out.remove(name);
@@ -386,11 +401,20 @@ mod tests {
             ok(&[("cache-control", "max-age=60"), ("age", "61")]),
             Err(NoStore::NotFresh)
         );
-        // §5.1: the first member of a list; an invalid value is ignored.
+        // §5.1: the first member of a list; an invalid value makes the response stale.
         assert_eq!(age_field(&h(&[("age", "10, 50")])), Duration::from_secs(10));
-        for bad in ["-5", "1.5", "abc", ""] {
-            assert_eq!(age_field(&h(&[("age", bad)])), Duration::ZERO, "{bad}");
+        assert_eq!(age_field(&h(&[])), Duration::ZERO);
+        for bad in ["-5", "1.5", "abc", "", "7200;foo=bar"] {
+            assert_eq!(
+                age_field(&h(&[("age", bad)])),
+                Duration::from_secs(DELTA_SECONDS_MAX),
+                "{bad}"
+            );
         }
+        assert_eq!(
+            ok(&[("cache-control", "max-age=3600"), ("age", "abc")]),
+            Err(NoStore::NotFresh)
+        );
         // §1.2.2: too large is 2^31.
         assert_eq!(
             age_field(&h(&[("age", "99999999999999999999")])),
@@ -471,8 +495,10 @@ mod tests {
         assert!(f.no_cache);
         assert_eq!(f.remaining(), Duration::ZERO);
         assert_eq!(f.stale_while_revalidate, Duration::ZERO);
-        // Without a validator a no-cache response cannot be revalidated: not kept.
+        // Without a validator a no-cache response cannot be revalidated: not kept; with one,
+        // it is kept even without any freshness information.
         assert_eq!(ok(&[("cache-control", "no-cache")]), Err(NoStore::NotFresh));
+        assert!(ok(&[("cache-control", "no-cache"), ("etag", "\"a\"")]).is_ok());
         let f = ok(&[("cache-control", "max-age=0"), ("last-modified", &date(0))]).unwrap();
         assert_eq!(f.remaining(), Duration::ZERO);
         let f = ok(&[(
@@ -595,12 +621,17 @@ mod tests {
             ("etag", "\"1\""),
             ("cache-control", "max-age=99"),
             ("content-length", "0"),
+            ("content-encoding", "gzip"),
             ("x-b", "new"),
         ]);
         assert!(validates(&stored, &nm));
         let u = updated_headers(&stored, &nm);
         assert_eq!(u["cache-control"], "max-age=99");
         assert_eq!(u["content-length"], "5");
+        assert!(
+            !u.contains_key("content-encoding"),
+            "describes the body: never from a 304"
+        );
         assert_eq!(
             (&u["x-a"], &u["x-b"]),
             (

@@ -1,9 +1,8 @@
 //! Phase 1, `check`: a request either becomes a [`Target`] (the normalised host, the configured
 //! origin that serves it, the cache key) or a [`Refusal`], before anything else happens.
 //!
-//! Also here: [`scrub`], which makes the request headers exactly what the origin will receive
-//! (hop-by-hop fields gone, and on GET/HEAD only the allow-listed fields kept), so that the cache
-//! key, every Vary variant and the origin all see the same bytes.
+//! Also here: [`forwardable`], which makes a request's headers what the origin may receive (on
+//! GET/HEAD only the allow-listed fields), applied to every request sent to an origin.
 
 use super::authority::Host;
 use super::outcome::Refusal;
@@ -106,14 +105,18 @@ pub fn check(
     })
 }
 
-/// Makes `headers` what the origin may receive: hop-by-hop fields and the header-override
-/// fields some origins honour ([`http_cache::strip_unkeyed_overrides`]) removed; on GET and HEAD
-/// (the requests whose responses may be stored) only the fields in `forwarded` kept. Run before
-/// the lookup, so a Vary variant is keyed on exactly what the origin sees (a selecting field
-/// named in `Connection` is gone from both).
-pub fn scrub(method: &Method, headers: &mut HeaderMap, forwarded: &[HeaderName]) {
-    http_cache::strip_hop_by_hop(headers);
-    if method == Method::GET || method == Method::HEAD {
+/// Makes `headers` what the origin may receive. Hop-by-hop fields were removed when the request
+/// came in (before the lookup, so that a Vary variant is never keyed on a field the origin does
+/// not get from that request); here, on GET and HEAD (the requests whose responses may be stored)
+/// only the fields in `forwarded` are kept, so no input outside the cache key can shape a stored
+/// response; on other methods (never stored) the header-override fields some origins honour
+/// ([`http_cache::strip_unkeyed_overrides`]) are removed. A field dropped here is dropped for every
+/// client alike, so a variant keyed on its value (as RFC 9111 §4.1 asks) is only finer, never
+/// wrong. `*` in `forwarded` forwards every field but the override fields (the open setting, for
+/// origins that trust their clients' fields, and for test suites that tag requests with their own).
+pub fn forwardable(method: &Method, headers: &mut HeaderMap, forwarded: &[HeaderName]) {
+    let all = forwarded.iter().any(|n| n.as_str() == "*");
+    if !all && (method == Method::GET || method == Method::HEAD) {
         let dropped: Vec<HeaderName> = headers
             .keys()
             .filter(|name| !forwarded.contains(name))
@@ -235,7 +238,7 @@ mod tests {
     }
 
     #[test]
-    fn scrub_keeps_only_the_allow_list_on_get() {
+    fn only_the_allow_list_is_forwarded_on_get() {
         let allow = [header::ACCEPT_LANGUAGE, header::USER_AGENT];
         let mut h = HeaderMap::new();
         for (k, v) in [
@@ -251,14 +254,22 @@ mod tests {
                 v.parse().unwrap(),
             );
         }
+        // user-agent is named in Connection: hop-by-hop, gone as the request comes in.
+        http_cache::strip_hop_by_hop(&mut h);
         let mut get = h.clone();
-        scrub(&Method::GET, &mut get, &allow);
-        // user-agent was named in Connection: hop-by-hop, gone before the allow-list applies.
+        forwardable(&Method::GET, &mut get, &allow);
         assert_eq!(get.len(), 1, "{get:?}");
         assert_eq!(get["accept-language"], "en");
-        let mut post = h;
-        scrub(&Method::POST, &mut post, &allow);
+        let mut post = h.clone();
+        forwardable(&Method::POST, &mut post, &allow);
         assert!(post.contains_key("accept-language") && !post.contains_key("user-agent"));
         assert!(!post.contains_key("x_forwarded_host") && !post.contains_key("x-host"));
+        // "*": everything but the override fields, on every method.
+        let mut open = h.clone();
+        let mut get = h;
+        forwardable(&Method::GET, &mut open, &[HeaderName::from_static("*")]);
+        forwardable(&Method::POST, &mut get, &[HeaderName::from_static("*")]);
+        assert_eq!(open, get);
+        assert!(open.contains_key("accept-language") && !open.contains_key("x-forwarded-port"));
     }
 }

@@ -91,7 +91,7 @@ pub struct Follower {
 
 impl Follower {
     /// Waits up to `wait` for the leader's object; `None` if the leader failed, took too long, or
-    /// stored another variant than the one `request` (the follower's scrubbed headers) selects.
+    /// stored another variant than the one `request` (the follower's headers, hop-by-hop fields removed) selects.
     pub async fn wait(mut self, wait: Duration, request: &HeaderMap) -> Option<Arc<Fetched>> {
         let fetched = tokio::time::timeout(wait, async {
             self.rx

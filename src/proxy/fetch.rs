@@ -177,16 +177,20 @@ impl Body for Streaming {
     }
 }
 
-/// The request sent to `target`'s origin: the scrubbed `headers`, `Host` set to the normalised
-/// host (the one the key and the route used), `X-Forwarded-For` and `Via` added. On GET and HEAD
-/// the client's `X-Forwarded-For` was scrubbed, so the origin sees only the client's address.
+/// The request sent to `target`'s origin: `headers` cut to what may be forwarded
+/// ([`forwardable`](super::check::forwardable) with the `forwarded` allow-list), `Host` set to the
+/// normalised host (the one the key and the route used), `X-Forwarded-For` and `Via` added. On GET
+/// and HEAD the client's own `X-Forwarded-For` is not forwarded (unless allow-listed), so the
+/// origin sees only the client's address.
 pub fn upstream_request(
     method: Method,
     mut headers: HeaderMap,
     target: &Target,
     client: IpAddr,
     body: ProxyBody,
+    forwarded: &[http::HeaderName],
 ) -> Result<Request<ProxyBody>, http::Error> {
+    super::check::forwardable(&method, &mut headers, forwarded);
     let host = HeaderValue::from_str(target.host.as_str())?;
     headers.insert(header::HOST, host);
     let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {

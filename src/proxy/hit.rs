@@ -31,12 +31,14 @@ pub fn serve(
 ) -> (Response<ProxyBody>, CacheStatus) {
     let status = CacheStatus::hit(obj.ttl(now));
     let age = HeaderValue::from(obj.age(now).as_secs());
+    // RFC 9111 §4.3.2: without a Last-Modified, If-Modified-Since is judged against the stored
+    // response's Date.
+    let modified = obj
+        .headers
+        .get(header::LAST_MODIFIED)
+        .or_else(|| obj.headers.get(header::DATE));
     if obj.status == StatusCode::OK
-        && not_modified(
-            request,
-            obj.headers.get(header::ETAG),
-            obj.headers.get(header::LAST_MODIFIED),
-        )
+        && not_modified(request, obj.headers.get(header::ETAG), modified)
     {
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;

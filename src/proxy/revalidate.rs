@@ -36,7 +36,7 @@ const CLIENT_CONDITIONALS: [header::HeaderName; 6] = [
     header::RANGE,
 ];
 
-/// The headers of a conditional request for `stored` (RFC 9111 §4.3.1): the client's (scrubbed)
+/// The headers of a conditional request for `stored` (RFC 9111 §4.3.1): the client's
 /// headers without its own conditionals, plus `If-None-Match` from the stored `ETag` and
 /// `If-Modified-Since` from the stored `Last-Modified`. A stored response varies only on fields
 /// whose values matched this request's, so the selecting fields sent are the stored request's.
@@ -109,7 +109,14 @@ impl Proxy {
             }
         };
         let headers = conditional_headers(&parts.headers, &stored.headers);
-        let request = match upstream_request(Method::GET, headers, target, client, empty()) {
+        let request = match upstream_request(
+            Method::GET,
+            headers,
+            target,
+            client,
+            empty(),
+            &self.forwarded,
+        ) {
             Ok(r) => r,
             Err(_) => return self.refuse(Refusal::BadTarget),
         };
@@ -150,8 +157,14 @@ impl Proxy {
             // A 304 for something else than what is stored: nothing to refresh; fetch it whole.
             self.store.cache().invalidate(key);
             let request = conditional_headers(&parts.headers, &HeaderMap::new());
-            let Ok(request) = upstream_request(Method::GET, request, target, client, empty())
-            else {
+            let Ok(request) = upstream_request(
+                Method::GET,
+                request,
+                target,
+                client,
+                empty(),
+                &self.forwarded,
+            ) else {
                 return self.refuse(Refusal::BadTarget);
             };
             return match self.fetch(request, target, &AtomicBool::new(false)).await {
@@ -256,8 +269,14 @@ impl Proxy {
         );
         tokio::spawn(async move {
             let headers = conditional_headers(&request, &stored.headers);
-            let Ok(upstream) = upstream_request(Method::GET, headers, &target, client, empty())
-            else {
+            let Ok(upstream) = upstream_request(
+                Method::GET,
+                headers,
+                &target,
+                client,
+                empty(),
+                &proxy.forwarded,
+            ) else {
                 return;
             };
             let Ok(response) = proxy
