@@ -14,7 +14,10 @@ const ADMIT_ALL: &str = "[admission]\npolicy = \"admit-all\"";
 
 fn metric(text: &str, line_start: &str) -> u64 {
     text.lines()
-        .find_map(|l| l.strip_prefix(line_start).and_then(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix(line_start)
+                .and_then(|v| v.trim().parse().ok())
+        })
         .unwrap_or_else(|| panic!("{line_start} missing from\n{text}"))
 }
 
@@ -25,26 +28,39 @@ async fn a_stale_object_is_revalidated_and_a_304_refreshes_it() {
     let c = Http::new(p.addr);
     let path = "/reval/a?cc=max-age%3D10";
     let first = c.get(path).await;
-    assert_eq!((first.x_cache(), first.header("x-response")), ("MISS", Some("1")));
+    assert_eq!(
+        (first.x_cache(), first.header("x-response")),
+        ("MISS", Some("1"))
+    );
     assert_eq!(c.get(path).await.x_cache(), "HIT");
     clock.advance(Duration::from_secs(11));
     let g = c.get(path).await;
     assert_eq!(g.status, StatusCode::OK);
     assert_eq!(g.x_cache(), "REVALIDATED");
     let cs = g.header("cache-status").unwrap();
-    assert!(cs.starts_with("secondhit; fwd=stale; fwd-status=304"), "{cs}");
+    assert!(
+        cs.starts_with("secondhit; fwd=stale; fwd-status=304"),
+        "{cs}"
+    );
     assert_eq!(g.bytes(), first.bytes(), "the stored body, served again");
     // §4.3.4: the 304's fields replace the stored ones; Content-Length stays the body's.
     assert_eq!(g.header("x-response"), Some("2"));
     assert_eq!(g.header("content-length"), Some("1000"));
     let again = c.get(path).await;
-    assert_eq!((again.x_cache(), again.header("x-response")), ("HIT", Some("2")));
+    assert_eq!(
+        (again.x_cache(), again.header("x-response")),
+        ("HIT", Some("2"))
+    );
     // One body fetch in all; the revalidation was one conditional request.
     assert_eq!(o.count(path), 2);
     assert_eq!(o.not_modified(path), 1);
     let (_, m) = admin(p.admin_addr, "/metrics", false).await;
     assert_eq!(metric(&m, "secondhit_cache_refreshes_total "), 1);
-    assert_eq!(metric(&m, "secondhit_cache_writes_total "), 1, "a 304 is not a write");
+    assert_eq!(
+        metric(&m, "secondhit_cache_writes_total "),
+        1,
+        "a 304 is not a write"
+    );
     p.shutdown().await;
 }
 
@@ -65,9 +81,17 @@ async fn concurrent_requests_for_a_stale_object_share_one_revalidation() {
     for t in tasks {
         let g = t.await.unwrap();
         assert_eq!(g.status, StatusCode::OK);
-        assert!(matches!(g.x_cache(), "REVALIDATED" | "HIT"), "{}", g.x_cache());
+        assert!(
+            matches!(g.x_cache(), "REVALIDATED" | "HIT"),
+            "{}",
+            g.x_cache()
+        );
     }
-    assert_eq!(o.not_modified(path), 1, "one conditional request for all five");
+    assert_eq!(
+        o.not_modified(path),
+        1,
+        "one conditional request for all five"
+    );
     assert_eq!(o.count(path), 2);
     p.shutdown().await;
 }
@@ -123,17 +147,27 @@ async fn stale_if_error_serves_the_stale_object_when_the_origin_is_down() {
     assert_eq!((g.status, g.x_cache()), (StatusCode::OK, "STALE"));
     assert_eq!(g.bytes(), &bodies[0][..]);
     let cs = g.header("cache-status").unwrap();
-    assert!(cs.contains("fwd=stale") && cs.contains("detail=stale-if-error"), "{cs}");
+    assert!(
+        cs.contains("fwd=stale") && cs.contains("detail=stale-if-error"),
+        "{cs}"
+    );
     // Without permission, and never past must-revalidate: the error as before.
     for path in [not_allowed, never] {
         let g = c.get(path).await;
-        assert_eq!((g.status, g.x_cache()), (StatusCode::BAD_GATEWAY, "ERROR"), "{path}");
+        assert_eq!(
+            (g.status, g.x_cache()),
+            (StatusCode::BAD_GATEWAY, "ERROR"),
+            "{path}"
+        );
     }
     // Past the stale-if-error window: the error too.
     clock.advance(Duration::from_secs(60));
     assert_eq!(c.get(allowed).await.status, StatusCode::BAD_GATEWAY);
     let (_, m) = admin(p.admin_addr, "/metrics", false).await;
-    assert_eq!(metric(&m, "secondhit_stale_served_total{reason=\"if-error\"} "), 1);
+    assert_eq!(
+        metric(&m, "secondhit_stale_served_total{reason=\"if-error\"} "),
+        1
+    );
     p.shutdown().await;
 }
 
@@ -164,7 +198,10 @@ async fn stale_while_revalidate_answers_at_once_with_one_background_refresh() {
         let g = c.get(path).await;
         assert_eq!((g.x_cache(), g.header("x-response")), ("STALE", Some("1")));
         let cs = g.header("cache-status").unwrap();
-        assert!(cs.contains("detail=stale-while-revalidate") && cs.contains("ttl=-1"), "{cs}");
+        assert!(
+            cs.contains("detail=stale-while-revalidate") && cs.contains("ttl=-1"),
+            "{cs}"
+        );
     }
     // The background refresh lands (bounded wait: the origin answers after 300 ms).
     let mut refreshed = None;
@@ -196,7 +233,11 @@ async fn unsafe_methods_invalidate_the_target_and_same_origin_locations() {
     }
     // A failed POST invalidates nothing.
     let failed = c
-        .send(Method::POST, "/reval/p?cc=max-age%3D60&post_status=500", &[])
+        .send(
+            Method::POST,
+            "/reval/p?cc=max-age%3D60&post_status=500",
+            &[],
+        )
         .await;
     assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(c.get(a).await.x_cache(), "HIT");
@@ -205,11 +246,18 @@ async fn unsafe_methods_invalidate_the_target_and_same_origin_locations() {
     assert_eq!(ok.status, StatusCode::OK);
     assert_eq!(c.get(a).await.x_cache(), "MISS");
     // ...and the same-origin Location it names; a cross-origin one is left alone.
-    let loc = format!("/reval/x?cc=max-age%3D60&loc=http%3A%2F%2F{}%2Freval%2Fq%3Fcc%3Dmax-age%253D60", p.addr);
-    assert_eq!(c.send(Method::DELETE, &loc, &[]).await.status, StatusCode::OK);
+    let loc = format!(
+        "/reval/x?cc=max-age%3D60&loc=http%3A%2F%2F{}%2Freval%2Fq%3Fcc%3Dmax-age%253D60",
+        p.addr
+    );
+    assert_eq!(
+        c.send(Method::DELETE, &loc, &[]).await.status,
+        StatusCode::OK
+    );
     assert_eq!(c.get(b).await.x_cache(), "MISS");
     assert_eq!(c.get(b).await.x_cache(), "HIT");
-    let elsewhere = "/reval/x?cc=max-age%3D60&loc=http%3A%2F%2Fother.test%2Freval%2Fq%3Fcc%3Dmax-age%253D60";
+    let elsewhere =
+        "/reval/x?cc=max-age%3D60&loc=http%3A%2F%2Fother.test%2Freval%2Fq%3Fcc%3Dmax-age%253D60";
     c.send(Method::PUT, elsewhere, &[]).await;
     assert_eq!(c.get(b).await.x_cache(), "HIT");
     let (_, m) = admin(p.admin_addr, "/metrics", false).await;
@@ -226,8 +274,16 @@ async fn cdn_cache_control_governs_this_cache_and_is_not_forwarded() {
     let stored = "/reval/c1?cc=no-store&cdn=max-age%3D60";
     let g = c.get(stored).await;
     assert_eq!(g.x_cache(), "MISS");
-    assert_eq!(g.header("cdn-cache-control"), None, "not forwarded to clients");
-    assert_eq!(g.header("cache-control"), Some("no-store"), "Cache-Control is the client's");
+    assert_eq!(
+        g.header("cdn-cache-control"),
+        None,
+        "not forwarded to clients"
+    );
+    assert_eq!(
+        g.header("cache-control"),
+        Some("no-store"),
+        "Cache-Control is the client's"
+    );
     assert_eq!(c.get(stored).await.x_cache(), "HIT");
     let refused = "/reval/c2?cc=max-age%3D60&cdn=no-store";
     for _ in 0..2 {

@@ -99,12 +99,18 @@ impl Drop for TestOrigin {
 /// A query parameter, percent-decoded.
 fn param(req: &Request<Incoming>, name: &str) -> Option<String> {
     let q = req.uri().query()?;
-    let raw = q.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?;
+    let raw = q
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?;
     let mut out = Vec::new();
     let b = raw.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        match (b[i], b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok())) {
+        match (
+            b[i],
+            b.get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok()),
+        ) {
             (b'%', Some(h)) if u8::from_str_radix(h, 16).is_ok() => {
                 out.push(u8::from_str_radix(h, 16).unwrap());
                 i += 3;
@@ -209,14 +215,24 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
             let n = shared.responses.fetch_add(1, Ordering::Relaxed) + 1;
-            let mut b = b.header("x-response", n).header("date", httpdate::fmt_http_date(std::time::SystemTime::now()));
-            for (q, h) in [("cc", "cache-control"), ("cdn", "cdn-cache-control"), ("sc", "surrogate-control"), ("tag", "surrogate-key")] {
+            let mut b = b.header("x-response", n).header(
+                "date",
+                httpdate::fmt_http_date(std::time::SystemTime::now()),
+            );
+            for (q, h) in [
+                ("cc", "cache-control"),
+                ("cdn", "cdn-cache-control"),
+                ("sc", "surrogate-control"),
+                ("tag", "surrogate-key"),
+            ] {
                 if let Some(v) = param(&req, q) {
                     b = b.header(h, v);
                 }
             }
             if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
-                let code = param(&req, "post_status").and_then(|v| v.parse().ok()).unwrap_or(200u16);
+                let code = param(&req, "post_status")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(200u16);
                 if let Some(loc) = param(&req, "loc") {
                     b = b.header("location", loc);
                 }
@@ -227,7 +243,10 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
                 .get("if-none-match")
                 .is_some_and(|v| v.as_bytes() == format!("\"{}\"", path.len()).as_bytes());
             if etag_matches {
-                let key = req.uri().path_and_query().map_or(String::new(), |p| p.to_string());
+                let key = req
+                    .uri()
+                    .path_and_query()
+                    .map_or(String::new(), |p| p.to_string());
                 *shared.not_modified.lock().unwrap().entry(key).or_default() += 1;
                 return b.status(StatusCode::NOT_MODIFIED).body(full("")).unwrap();
             }
