@@ -290,11 +290,28 @@ async fn cdn_cache_control_governs_this_cache_and_is_not_forwarded() {
         assert_eq!(c.get(refused).await.x_cache(), "BYPASS");
     }
     p.shutdown().await;
-    // A configured field name, such as Surrogate-Control.
-    let extra = format!("{ADMIT_ALL}\n[cache]\ntargeted_cache_control = [\"surrogate-control\"]");
+    // Surrogate-Control is the second field by default; a configured list replaces the default.
+    let extra = format!("{ADMIT_ALL}\n[cache]\ntargeted_cache_control = [\"x-edge-control\"]");
     let (p, _) = start(&o.url(), &extra).await;
     let c = Http::new(p.addr);
     let path = "/reval/c3?cc=no-store&sc=max-age%3D60";
+    for _ in 0..2 {
+        let g = c.get(path).await;
+        assert_eq!(
+            g.x_cache(),
+            "BYPASS",
+            "Surrogate-Control is no longer listed"
+        );
+        assert_eq!(
+            g.header("surrogate-control"),
+            Some("max-age=60"),
+            "nor stripped"
+        );
+    }
+    p.shutdown().await;
+    let (p, _) = start(&o.url(), ADMIT_ALL).await;
+    let c = Http::new(p.addr);
+    let path = "/reval/c4?cc=no-store&sc=max-age%3D60";
     let g = c.get(path).await;
     assert_eq!((g.x_cache(), g.header("surrogate-control")), ("MISS", None));
     assert_eq!(c.get(path).await.x_cache(), "HIT");

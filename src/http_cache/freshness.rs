@@ -31,7 +31,8 @@ pub struct StoreRules {
     /// to every client: almost never what you want).
     pub store_set_cookie: bool,
     /// Targeted cache-control fields for this cache, by precedence (RFC 9213):
-    /// `CDN-Cache-Control` by default.
+    /// `CDN-Cache-Control`, then `Surrogate-Control` (the Edge Architecture field CDNs honour),
+    /// by default.
     pub targeted: Vec<HeaderName>,
     /// How long a stale response may answer when the origin fails, if the response does not
     /// say (`stale-if-error`); zero: only when it says.
@@ -45,7 +46,10 @@ impl Default for StoreRules {
             default_ttl: None,
             heuristic_max: Some(Duration::from_secs(86_400)),
             store_set_cookie: false,
-            targeted: vec![HeaderName::from_static("cdn-cache-control")],
+            targeted: vec![
+                HeaderName::from_static("cdn-cache-control"),
+                HeaderName::from_static("surrogate-control"),
+            ],
             stale_if_error: Duration::ZERO,
         }
     }
