@@ -264,12 +264,13 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove("proxy-connection");
 }
 
+/// Header maps for the rules' unit tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{Duration, SystemTime};
+pub(crate) mod test_headers {
+    use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-    fn h(pairs: &[(&str, &str)]) -> HeaderMap {
+    /// A header map from name/value pairs, in order (repeated names append).
+    pub fn h(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut m = HeaderMap::new();
         for (k, v) in pairs {
             m.append(
@@ -279,6 +280,13 @@ mod tests {
         }
         m
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_headers::h;
+    use super::*;
+    use std::time::{Duration, SystemTime};
 
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)

@@ -111,19 +111,8 @@ impl CacheControl {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_headers::h;
     use super::*;
-    use http::HeaderValue;
-
-    fn h(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut m = HeaderMap::new();
-        for (k, v) in pairs {
-            m.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        m
-    }
 
     #[test]
     fn directives_parse_case_quotes_and_first_occurrence() {

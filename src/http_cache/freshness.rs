@@ -312,18 +312,8 @@ pub fn validates(stored: &HeaderMap, not_modified: &HeaderMap) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_headers::h;
     use super::*;
-
-    fn h(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut m = HeaderMap::new();
-        for (k, v) in pairs {
-            m.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        m
-    }
 
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
