@@ -32,10 +32,12 @@
 mod counter;
 mod exact;
 mod rotating;
+pub mod snapshot;
 
 use counter::Counter;
 pub use exact::Exact;
-pub use rotating::{Generation, Kind, Rotating, Window};
+pub use rotating::{Generation, Kind, Rotating, Shape, Window};
+pub use snapshot::RestoreError;
 
 use crate::bloom::{Bloom, Counting, Layout, ParamError, Params, MAX_COUNT};
 use crate::hash::KeyHash;
@@ -86,6 +88,19 @@ pub trait Admission: Send + Sync + fmt::Debug {
 
     /// The policy's name as on the command line, e.g. `second-hit` or `nth-hit:3`.
     fn name(&self) -> String;
+
+    /// The policy's state as bytes, for the host to keep across a restart (`None`: it keeps
+    /// none). `now` is the policy's clock, `wall` the time since the Unix epoch. See
+    /// [`snapshot`].
+    fn snapshot(&self, _now: Duration, _wall: Duration) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Loads what [`Admission::snapshot`] wrote (same policy, sizing and hash seed, windows not
+    /// over), as of `now` and `wall`. Never panics on bad bytes; on error nothing changes.
+    fn restore(&self, _bytes: &[u8], _now: Duration, _wall: Duration) -> Result<(), RestoreError> {
+        Err(RestoreError::Unsupported)
+    }
 }
 
 /// What every policy counts. Counters are cumulative since the policy was built.

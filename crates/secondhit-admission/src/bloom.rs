@@ -335,6 +335,31 @@ pub(crate) fn zeroed_blocks(n: u64) -> Box<[Block]> {
 }
 
 #[inline(always)]
+/// Appends every word of `blocks`, little-endian: a generation's contents for a snapshot.
+pub(crate) fn save_blocks(blocks: &[Block], out: &mut Vec<u8>) {
+    out.reserve(blocks.len() * 64);
+    for b in blocks {
+        for w in &b.0 {
+            out.extend_from_slice(&w.load(Relaxed).to_le_bytes());
+        }
+    }
+}
+
+/// Replaces every word of `blocks` from `bytes` (what [`save_blocks`] wrote for blocks of the
+/// same count); `false`, changing nothing, when the length does not match.
+pub(crate) fn load_blocks(blocks: &[Block], bytes: &[u8]) -> bool {
+    if bytes.len() != blocks.len() * 64 {
+        return false;
+    }
+    let words = bytes.chunks_exact(8);
+    for (w, chunk) in blocks.iter().flat_map(|b| b.0.iter()).zip(words) {
+        let mut le = [0u8; 8];
+        le.copy_from_slice(chunk);
+        w.store(u64::from_le_bytes(le), Relaxed);
+    }
+    true
+}
+
 pub(crate) fn word(blocks: &[Block], index: u64) -> &AtomicU64 {
     &blocks[(index >> 3) as usize].0[(index & 7) as usize]
 }
@@ -461,6 +486,17 @@ impl Bloom {
     /// Heap memory of the bit array, in bytes.
     pub fn memory_bytes(&self) -> u64 {
         self.params.memory_bytes()
+    }
+
+    /// Appends the filter's bits (for a snapshot of a generation).
+    pub(crate) fn save(&self, out: &mut Vec<u8>) {
+        save_blocks(&self.blocks, out)
+    }
+
+    /// Replaces the filter's bits from what [`Bloom::save`] wrote for the same parameters;
+    /// `false`, changing nothing, when the length does not match.
+    pub(crate) fn load(&self, bytes: &[u8]) -> bool {
+        load_blocks(&self.blocks, bytes)
     }
 
     /// Empties the filter. Concurrent inserts may survive or not; concurrent lookups may see

@@ -1,7 +1,7 @@
 //! An exact generation: a hash map from key to count. The reference the Bloom-based
 //! generations are measured against; not built for speed or for fixed memory.
 
-use super::{Generation, Kind};
+use super::{Generation, Kind, Shape};
 use crate::hash::{BuildFold, KeyHash};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -52,6 +52,39 @@ impl Generation for Exact {
     fn memory_bytes(&self) -> u64 {
         // hashbrown: one control byte plus the (u128, u32) slot, padded to 32 bytes, per bucket.
         self.map().capacity() as u64 * 33
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::EXACT
+    }
+
+    fn save(&self, out: &mut Vec<u8>) {
+        // In key order, so that the same contents always give the same bytes.
+        let map = self.map();
+        let mut entries: Vec<(&u128, &u32)> = map.iter().collect();
+        entries.sort_unstable();
+        out.reserve(entries.len() * 20);
+        for (k, c) in entries {
+            out.extend_from_slice(&k.to_le_bytes());
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+    }
+
+    fn load(&self, bytes: &[u8]) -> bool {
+        if bytes.len() % 20 != 0 {
+            return false;
+        }
+        let mut map = self.map();
+        map.clear();
+        for entry in bytes.chunks_exact(20) {
+            let (k, c) = entry.split_at(16);
+            let mut kb = [0u8; 16];
+            kb.copy_from_slice(k);
+            let mut cb = [0u8; 4];
+            cb.copy_from_slice(c);
+            map.insert(u128::from_le_bytes(kb), u32::from_le_bytes(cb));
+        }
+        true
     }
 }
 

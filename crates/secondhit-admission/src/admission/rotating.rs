@@ -22,6 +22,7 @@
 //! false "admit" needs bits that were set), and no caller blocks.
 
 use super::counter::Counter;
+use super::snapshot::{self, kind_byte, RestoreError, NO_WINDOW};
 use super::{Admission, Decision, FilterStats, Stats};
 use crate::bloom::{Bloom, Counting};
 use crate::hash::KeyHash;
@@ -48,6 +49,45 @@ pub trait Generation: Send + Sync + 'static {
     fn accuracy(&self) -> Option<(f64, f64)>;
     /// Heap memory in bytes (an estimate for hash tables).
     fn memory_bytes(&self) -> u64;
+    /// What a snapshot of this generation must match to be loaded into it.
+    fn shape(&self) -> Shape;
+    /// Appends the contents, for a snapshot.
+    fn save(&self, out: &mut Vec<u8>);
+    /// Replaces the contents from what [`Generation::save`] wrote for the same shape; `false`,
+    /// changing nothing, if the bytes cannot be that.
+    fn load(&self, bytes: &[u8]) -> bool;
+}
+
+/// A generation's shape: the filter's parameters (layout, bits, hashes), all zero for exact
+/// sets. A snapshot loads only into a generation of the same shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// 0 standard, 1 blocked (filters); 0 for exact sets.
+    pub layout: u8,
+    /// Bits (filters); 0 for exact sets.
+    pub bits: u64,
+    /// Hashes (filters); 0 for exact sets.
+    pub hashes: u32,
+}
+
+impl Shape {
+    /// The shape of an exact generation.
+    pub const EXACT: Shape = Shape {
+        layout: 0,
+        bits: 0,
+        hashes: 0,
+    };
+
+    fn of(p: crate::bloom::Params) -> Shape {
+        Shape {
+            layout: match p.layout {
+                crate::bloom::Layout::Standard => 0,
+                crate::bloom::Layout::Blocked => 1,
+            },
+            bits: p.bits,
+            hashes: p.hashes,
+        }
+    }
 }
 
 impl Generation for Bloom {
@@ -70,6 +110,15 @@ impl Generation for Bloom {
     fn memory_bytes(&self) -> u64 {
         Bloom::memory_bytes(self)
     }
+    fn shape(&self) -> Shape {
+        Shape::of(self.params())
+    }
+    fn save(&self, out: &mut Vec<u8>) {
+        Bloom::save(self, out)
+    }
+    fn load(&self, bytes: &[u8]) -> bool {
+        Bloom::load(self, bytes)
+    }
 }
 
 impl Generation for Counting {
@@ -91,6 +140,15 @@ impl Generation for Counting {
     }
     fn memory_bytes(&self) -> u64 {
         Counting::memory_bytes(self)
+    }
+    fn shape(&self) -> Shape {
+        Shape::of(self.params())
+    }
+    fn save(&self, out: &mut Vec<u8>) {
+        Counting::save(self, out)
+    }
+    fn load(&self, bytes: &[u8]) -> bool {
+        Counting::load(self, bytes)
     }
 }
 
@@ -223,6 +281,83 @@ impl<G: Generation> Rotating<G> {
                 .is_some_and(|m| pair.distinct.load(Relaxed) >= m)
     }
 
+    /// The policy's state as bytes (see [`snapshot`](super::snapshot)): both generations and
+    /// the current window's age at `now` (the policy's clock), stamped with `wall` (the time since
+    /// the Unix epoch, which a later [`Rotating::restore`] compares with its own). Safe while the
+    /// policy is in use: a miss recorded during the copy may or may not be in it.
+    pub fn snapshot(&self, now: Duration, wall: Duration) -> Vec<u8> {
+        let pair = self.pair.load();
+        let started = pair.started.load(Relaxed);
+        let age = if started == NOT_STARTED {
+            NO_WINDOW
+        } else {
+            nanos(now).saturating_sub(started)
+        };
+        snapshot::encode(
+            self.threshold,
+            nanos(wall),
+            age,
+            pair.distinct.load(Relaxed),
+            &*pair.current,
+            &*pair.previous,
+        )
+    }
+
+    /// Loads a snapshot into this policy, as of `now` (its clock) and `wall` (since the Unix
+    /// epoch): the current window's age is the saved age plus the wall time since the save. It
+    /// must be of the same kind and threshold, sized the same, written with the same hash seed,
+    /// and its window must have begun less than two windows ago. Meant for a fresh policy at
+    /// start; on any error nothing is changed.
+    pub fn restore(&self, bytes: &[u8], now: Duration, wall: Duration) -> Result<(), RestoreError> {
+        let p = snapshot::parse(bytes)?;
+        if p.kind != kind_byte(G::KIND) || p.threshold != self.threshold {
+            let describe = |kind: u8, t: u32| match kind {
+                0 => "second-hit".to_string(),
+                1 => format!("nth-hit:{}", t + 1),
+                2 if t == 1 => "second-hit-exact".to_string(),
+                2 => format!("nth-hit-exact:{}", t + 1),
+                other => format!("an unknown policy kind ({other})"),
+            };
+            return Err(RestoreError::Policy {
+                found: describe(p.kind, p.threshold),
+                expected: describe(kind_byte(G::KIND), self.threshold),
+            });
+        }
+        let pair = self.pair.load();
+        let expected = pair.current.shape();
+        if p.shape != expected {
+            return Err(RestoreError::Sizing {
+                found: p.shape,
+                expected,
+            });
+        }
+        if p.seed != crate::hash::SEED {
+            return Err(RestoreError::Seed(p.seed));
+        }
+        let elapsed = nanos(wall).saturating_sub(p.saved_at);
+        let age = (p.age != NO_WINDOW).then(|| p.age.saturating_add(elapsed));
+        if let (Some(age), Some(w)) = (age, self.window.length) {
+            if age >= nanos(w).saturating_mul(2) {
+                return Err(RestoreError::TooOld {
+                    age: Duration::from_nanos(age),
+                    window: w,
+                });
+            }
+        }
+        // Same shape and a good checksum: the lengths match, so both loads succeed.
+        if !(pair.current.load(p.current) && pair.previous.load(p.previous)) {
+            pair.current.clear();
+            pair.previous.clear();
+            return Err(RestoreError::NotASnapshot);
+        }
+        pair.started.store(
+            age.map_or(NOT_STARTED, |a| nanos(now).saturating_sub(a)),
+            Relaxed,
+        );
+        pair.distinct.store(p.distinct, Relaxed);
+        Ok(())
+    }
+
     /// Rotates if still due once the rotation lock is held; returns at once if another caller is
     /// rotating (it keeps using the old pair; the module's documentation says what it can see).
     #[cold]
@@ -287,6 +422,14 @@ impl<G: Generation> Admission for Rotating<G> {
             self.deferred.incr();
             Decision::Defer
         }
+    }
+
+    fn snapshot(&self, now: Duration, wall: Duration) -> Option<Vec<u8>> {
+        Some(Rotating::snapshot(self, now, wall))
+    }
+
+    fn restore(&self, bytes: &[u8], now: Duration, wall: Duration) -> Result<(), RestoreError> {
+        Rotating::restore(self, bytes, now, wall)
     }
 
     fn stats(&self) -> Stats {

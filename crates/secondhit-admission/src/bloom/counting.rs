@@ -6,7 +6,7 @@
 //! what `Bloom::contains` answers on the same inserts. That is what makes `nth-hit:2` behave as
 //! `second-hit`.
 
-use super::{for_each_position, word, zeroed_blocks, Block, Params};
+use super::{for_each_position, load_blocks, save_blocks, word, zeroed_blocks, Block, Params};
 use crate::hash::KeyHash;
 use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
@@ -121,6 +121,17 @@ impl Counting {
     /// Heap memory of the counters, in bytes.
     pub fn memory_bytes(&self) -> u64 {
         self.blocks.len() as u64 * 64
+    }
+
+    /// Appends the counters (for a snapshot of a generation).
+    pub(crate) fn save(&self, out: &mut Vec<u8>) {
+        save_blocks(&self.blocks, out)
+    }
+
+    /// Replaces the counters from what [`Counting::save`] wrote for the same parameters;
+    /// `false`, changing nothing, when the length does not match.
+    pub(crate) fn load(&self, bytes: &[u8]) -> bool {
+        load_blocks(&self.blocks, bytes)
     }
 
     /// Sets every counter to zero (same caveats as [`Bloom::clear`](super::Bloom::clear)).
