@@ -19,7 +19,7 @@ done
   head -c 4800 ../../shared/traces/cloudPhysicsIO.oracleGeneral.bin > corpus/trace_readers/oracle.seed
 }
 mkdir -p corpus/config && cp ../secondhit.example.toml corpus/config/
-for target in trace_readers cache_rules range config authority vary_key; do
+for target in trace_readers cache_rules range config authority vary_key snapshot; do
   mkdir -p "corpus/$target"
   echo "== $target: ${secs} s"
   cargo fuzz run -O "$target" "corpus/$target" -- -max_total_time="$secs" -rss_limit_mb=2048 2>&1 \

@@ -211,6 +211,13 @@ pub struct Config {
     pub limits: Limits,
     /// Logging.
     pub log: LogConfig,
+    /// Where the admission filter's state is kept across restarts (`admission.snapshot`):
+    /// loaded at start, written every `state_snapshot_interval` and on shutdown. Unset: the
+    /// filter starts empty on every start.
+    pub state_dir: Option<std::path::PathBuf>,
+    /// How often the filter's state is written to `state_dir`.
+    #[serde(deserialize_with = "de_duration")]
+    pub state_snapshot_interval: Duration,
 }
 
 impl Default for Config {
@@ -225,6 +232,8 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             limits: Limits::default(),
             log: LogConfig::default(),
+            state_dir: None,
+            state_snapshot_interval: Duration::from_secs(60),
         }
     }
 }
@@ -621,6 +630,10 @@ pub struct Overrides {
     /// Log one line per request.
     #[arg(long)]
     pub access_log: bool,
+    /// Directory where the admission filter's state survives restarts (loaded at start,
+    /// written every state_snapshot_interval and on shutdown).
+    #[arg(long)]
+    pub state_dir: Option<std::path::PathBuf>,
     /// Request fields a GET or HEAD may pass to the origin, comma-separated (replaces
     /// cache.forwarded_request_headers); "*" forwards all but the header-override fields.
     #[arg(long, value_delimiter = ',')]
@@ -713,6 +726,9 @@ impl Config {
         if o.access_log {
             self.log.access_log = true;
         }
+        if let Some(v) = o.state_dir {
+            self.state_dir = Some(v);
+        }
         if let Some(v) = o.forwarded_request_headers {
             self.cache.forwarded_request_headers = v;
         }
@@ -757,6 +773,9 @@ impl Config {
                     self.limits.store_buffer_bytes
                 ),
             ));
+        }
+        if self.state_snapshot_interval.is_zero() {
+            return Err(invalid("state_snapshot_interval", "must be more than 0s"));
         }
         // The filter's size comes from expected_items and fpr together; check it without
         // allocating the filter (exact policies have none).

@@ -158,6 +158,7 @@ pub async fn run(
             settings,
             threads: 1,
             limit: Some(options.requests),
+            keep_state: false,
         };
         let predicted = tokio::task::spawn_blocking({
             let source = source.clone();

@@ -67,6 +67,8 @@
 //! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a
 //!   byte budget (backpressure).
 //! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
+//! - [`state`]: the admission filter's state on disk (`--state-dir`): atomic writes, tolerant
+//!   loads.
 //!
 //! - [`units`]: human-readable counts, byte sizes and durations, both ways.
 
@@ -86,6 +88,7 @@ pub mod proxy;
 pub mod replay;
 pub mod server;
 pub mod sim;
+pub mod state;
 pub mod store;
 pub mod trace;
 pub mod units;

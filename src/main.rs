@@ -254,6 +254,10 @@ struct SimulateArgs {
     /// Draw hit ratio and byte hit ratio against cache size into FILE.svg.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Write the admission filter's state at the end of the run into DIR (one policy, one
+    /// eviction, one size), in the format `serve --state-dir DIR` loads: a filter warmed offline.
+    #[arg(long, value_name = "DIR")]
+    save_state: Option<PathBuf>,
 }
 
 /// A window: `None` never rotates on time.
@@ -593,6 +597,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         },
         threads: args.threads,
         limit: args.limit,
+        keep_state: args.save_state.is_some(),
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),
@@ -607,6 +612,17 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     }
     if let Some(path) = &args.plot {
         sim::plot_svg(&report, path)?;
+    }
+    if let (Some(dir), Some(bytes)) = (&args.save_state, &report.admission_state) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        secondhit::state::save(dir, bytes).with_context(|| {
+            format!("cannot write {}", secondhit::state::file_in(dir).display())
+        })?;
+        eprintln!(
+            "admission state written to {} ({} bytes)",
+            secondhit::state::file_in(dir).display(),
+            bytes.len()
+        );
     }
     Ok(())
 }

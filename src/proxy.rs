@@ -235,6 +235,16 @@ impl Proxy {
         &self.metrics
     }
 
+    /// The admission policy.
+    pub fn admission(&self) -> &dyn Admission {
+        &*self.admission
+    }
+
+    /// The proxy's clock reading.
+    pub fn now(&self) -> Duration {
+        self.clock.now()
+    }
+
     /// Prometheus text of the metrics, the cache and the admission policy.
     pub fn render_metrics(&self) -> String {
         let cache = self.store.cache();

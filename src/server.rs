@@ -6,6 +6,7 @@ use crate::clock::Clock;
 use crate::config::ValidConfig;
 use crate::listener;
 use crate::proxy::{Proxy, PurgeTarget};
+use crate::state;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -22,6 +23,14 @@ pub enum ServeError {
     /// The admission filter could not be built as configured.
     #[error("admission: {0}")]
     Admission(#[from] crate::admission::PolicyError),
+    /// The state directory could not be created.
+    #[error("state_dir {path}: {source}")]
+    StateDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -42,6 +51,7 @@ pub struct Running {
     pub proxy: Arc<Proxy>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    state_dir: Option<std::path::PathBuf>,
 }
 
 impl Running {
@@ -52,12 +62,23 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
+        // The last word on the filter's state, once no request can change it any more.
+        if let Some(dir) = self.state_dir {
+            write_state(Arc::clone(&self.proxy), dir).await;
+        }
     }
 }
 
 /// Binds both listeners and starts serving.
 pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running, ServeError> {
     let proxy = Arc::new(Proxy::new(&config, clock)?);
+    if let Some(dir) = &config.state_dir {
+        std::fs::create_dir_all(dir).map_err(|source| ServeError::StateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        state::load_and_log(dir, proxy.admission(), proxy.now());
+    }
     let bind = |addr: SocketAddr| async move {
         let l = TcpListener::bind(addr)
             .await
@@ -111,14 +132,57 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
             async move { admin_response(&p, &req) }
         },
     ));
+    let mut tasks = vec![public_task, admin_task];
+    if let Some(dir) = config.state_dir.clone() {
+        tasks.push(tokio::spawn(snapshot_every(
+            Arc::clone(&proxy),
+            dir,
+            config.state_snapshot_interval,
+            stop.subscribe(),
+        )));
+    }
     tracing::info!(%addr, %admin_addr, "secondhit serving");
     Ok(Running {
         addr,
         admin_addr,
         proxy,
         stop,
-        tasks: vec![public_task, admin_task],
+        tasks,
+        state_dir: config.state_dir.clone(),
     })
+}
+
+/// Writes the filter's state every `every` until shutdown (the final write is shutdown's).
+async fn snapshot_every(
+    proxy: Arc<Proxy>,
+    dir: std::path::PathBuf,
+    every: std::time::Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is immediate: nothing to save yet
+    loop {
+        tokio::select! {
+            _ = tick.tick() => write_state(Arc::clone(&proxy), dir.clone()).await,
+            _ = listener::stopped_signal(&mut stopped) => break,
+        }
+    }
+}
+
+/// Snapshots the filter and writes it on a blocking thread (a large filter is hundreds of MB).
+async fn write_state(proxy: Arc<Proxy>, dir: std::path::PathBuf) {
+    let written = tokio::task::spawn_blocking(move || {
+        state::snapshot_to(&dir, proxy.admission(), proxy.now()).map_err(|e| (dir, e))
+    })
+    .await;
+    match written {
+        Ok(Ok(_)) => {}
+        Ok(Err((dir, e))) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot write the admission filter state")
+        }
+        Err(e) => tracing::warn!(error = %e, "the state writer panicked"),
+    }
 }
 
 fn admin_response(proxy: &Proxy, req: &Request<Incoming>) -> Response<ProxyBody> {

@@ -49,6 +49,9 @@ pub enum SimError {
     /// A capacity fraction that is not a positive number.
     #[error("capacity fraction {0} must be a positive fraction of the working set, e.g. 0.05")]
     BadFraction(f64),
+    /// `keep_state` (`--save-state`) with more than one run.
+    #[error("--save-state keeps one filter: give one policy, one eviction and one size (this is {0} runs)")]
+    SaveStateNeedsOneRun(usize),
     /// A worker thread panicked: a bug, reported with where it happened.
     #[error("the {thread} panicked: {message}")]
     Panicked {
@@ -96,6 +99,9 @@ pub struct Options {
     pub threads: usize,
     /// Replay only the first N requests of the trace.
     pub limit: Option<u64>,
+    /// Keep the admission policy's state at the end (one run only), for `--save-state`: a filter
+    /// warmed from a trace, in the format `serve --state-dir` loads.
+    pub keep_state: bool,
 }
 
 impl Default for Options {
@@ -110,6 +116,7 @@ impl Default for Options {
             settings: Settings::default(),
             threads: 0,
             limit: None,
+            keep_state: false,
         }
     }
 }
@@ -138,6 +145,14 @@ impl Options {
         }
         for p in &self.policies {
             self.settings.build(*p)?;
+        }
+        let sizes = match &self.capacities {
+            Capacities::Bytes(v) => v.len(),
+            Capacities::Fractions(v) => v.len(),
+        };
+        let runs = self.policies.len() * self.evictions.len() * sizes;
+        if self.keep_state && runs != 1 {
+            return Err(SimError::SaveStateNeedsOneRun(runs));
         }
         Ok(())
     }
@@ -219,6 +234,8 @@ struct Runner {
     extra: u64,
     missed: u64,
     busy: Duration,
+    /// The trace time of the last request (the filter's "now" when its state is kept).
+    last_time: Duration,
 }
 
 impl Runner {
@@ -246,12 +263,14 @@ impl Runner {
             extra: 0,
             missed: 0,
             busy: Duration::ZERO,
+            last_time: Duration::ZERO,
         })
     }
 
     #[inline]
     fn step(&mut self, r: &Request) {
         self.requests += 1;
+        self.last_time = r.time;
         self.requested_bytes += r.size;
         if self.store.get(r.key) {
             self.hits += 1;
@@ -330,6 +349,10 @@ pub struct Report {
     pub results: Vec<RunResult>,
     /// Wall time of the whole simulation, trace reading included, in seconds.
     pub wall_secs: f64,
+    /// With [`Options::keep_state`]: the run's admission state, as `serve --state-dir` loads it
+    /// (`None` for a policy that keeps none).
+    #[serde(skip)]
+    pub admission_state: Option<Vec<u8>>,
 }
 
 /// The filter settings, for the report.
@@ -413,7 +436,7 @@ pub fn run(
 
     progress.begin("simulating", first_pass.as_ref().map(|s| s.requests));
     let collect_summary = first_pass.is_none();
-    let (results, summary) = std::thread::scope(|scope| -> Result<_, SimError> {
+    let (results, summary, admission_state) = std::thread::scope(|scope| -> Result<_, SimError> {
         let mut senders = Vec::new();
         let mut handles = Vec::new();
         for mut group in groups {
@@ -477,12 +500,18 @@ pub fn run(
         }
         drop(senders);
         let mut done: Vec<(usize, RunResult)> = Vec::new();
+        let mut state = None;
         for h in handles {
             let group = h.join().map_err(|p| SimError::Panicked {
                 thread: "simulation worker",
                 message: panic_message(p),
             })?;
-            done.extend(group.into_iter().map(|(i, r)| (i, r.finish())));
+            for (i, r) in group {
+                if options.keep_state {
+                    state = r.admission.snapshot(r.last_time, crate::state::wall_now());
+                }
+                done.push((i, r.finish()));
+            }
         }
         let summary = match collector {
             Some(h) => Some(h.join().map_err(|p| SimError::Panicked {
@@ -498,6 +527,7 @@ pub fn run(
         Ok((
             done.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
             summary,
+            state,
         ))
     })?;
     progress.end();
@@ -518,5 +548,6 @@ pub fn run(
         },
         results,
         wall_secs: started.elapsed().as_secs_f64(),
+        admission_state,
     })
 }

@@ -64,6 +64,7 @@ async fn live_replay_equals_the_simulation() {
                     },
                     threads: 1,
                     limit: Some(requests),
+                    keep_state: false,
                 },
                 &Quiet,
             )

@@ -235,3 +235,49 @@ fn an_infinite_origin_latency_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("finite"), "{err}");
 }
+
+#[test]
+fn simulate_saves_a_warmed_filter_that_serve_loads() {
+    let dir = std::env::temp_dir().join(format!("secondhit-save-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(support::bin())
+        .args([
+            "simulate",
+            "--policy",
+            "second-hit",
+            "--capacity",
+            "1MiB",
+            "--save-state",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(dir.join("admission.snapshot")).unwrap();
+    // The defaults of simulate are serve's: the same filter loads.
+    let policy = secondhit::admission::Settings::default()
+        .build(secondhit::admission::Policy::SecondHit)
+        .unwrap();
+    let now = std::time::Duration::from_secs(1_000);
+    policy
+        .restore(&bytes, now, secondhit::state::wall_now())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(policy.stats().filter.unwrap().current_items > 0);
+    // One filter per file: several runs are refused, naming the count.
+    let out = std::process::Command::new(support::bin())
+        .args(["simulate", "--policy", "second-hit", "--save-state"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--save-state keeps one filter") && err.contains("3 runs"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

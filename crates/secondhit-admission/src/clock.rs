@@ -17,17 +17,24 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> Duration;
 }
 
-/// The system's monotonic clock; its epoch is the moment it was created.
+/// The system's clock, read monotonically: the time since the Unix epoch when it was created,
+/// plus the monotonic time since. It never goes backwards (wall-clock adjustments after creation
+/// do not move it), and its readings are comparable with wall-clock times, as saved filter
+/// state needs.
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
     epoch: Instant,
+    base: Duration,
 }
 
 impl SystemClock {
-    /// A clock whose epoch is now.
+    /// A clock reading the current wall-clock time.
     pub fn new() -> Self {
         SystemClock {
             epoch: Instant::now(),
+            base: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO),
         }
     }
 }
@@ -40,7 +47,7 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
-        self.epoch.elapsed()
+        self.base + self.epoch.elapsed()
     }
 }
 
