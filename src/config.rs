@@ -218,6 +218,11 @@ pub struct Config {
     /// How often the filter's state is written to `state_dir`.
     #[serde(deserialize_with = "de_duration")]
     pub state_snapshot_interval: Duration,
+    /// A bearer token the admin listener requires (`Authorization: Bearer <token>`) on every
+    /// endpoint but `/healthz`. Required when `admin_listen` is not a loopback address.
+    pub admin_token: Option<String>,
+    /// A file holding the admin token (its first line), instead of `admin_token`.
+    pub admin_token_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -234,6 +239,8 @@ impl Default for Config {
             log: LogConfig::default(),
             state_dir: None,
             state_snapshot_interval: Duration::from_secs(60),
+            admin_token: None,
+            admin_token_file: None,
         }
     }
 }
@@ -657,7 +664,14 @@ fn parse_nonzero_bytes(s: &str) -> Result<u64, String> {
 
 /// A configuration that passed [`Config::validate`]: what the server is built from.
 #[derive(Clone, Debug)]
-pub struct ValidConfig(Config);
+pub struct ValidConfig(Config, Option<String>);
+
+impl ValidConfig {
+    /// The admin token, from `admin_token` or read from `admin_token_file`.
+    pub fn admin_token(&self) -> Option<&str> {
+        self.1.as_deref()
+    }
+}
 
 impl std::ops::Deref for ValidConfig {
     type Target = Config;
@@ -785,7 +799,36 @@ impl Config {
                 .filter_params()
                 .map_err(|e| invalid("admission", format!("filter settings: {e}")))?;
         }
-        Ok(ValidConfig(self))
+        let token = match (&self.admin_token, &self.admin_token_file) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "admin_token_file",
+                    "set admin_token or admin_token_file, not both",
+                ))
+            }
+            (Some(t), None) => Some(t.trim().to_string()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Some(text.lines().next().unwrap_or("").trim().to_string())
+            }
+            (None, None) => None,
+        };
+        if token.as_deref() == Some("") {
+            return Err(invalid("admin_token", "is empty"));
+        }
+        if token.is_none() && !self.admin_listen.ip().is_loopback() {
+            return Err(invalid(
+                "admin_listen",
+                format!(
+                    "{} is not a loopback address: purge, reload and metrics would be open to the network; set admin_token or admin_token_file",
+                    self.admin_listen
+                ),
+            ));
+        }
+        Ok(ValidConfig(self, token))
     }
 
     /// The store rules of `[cache]`.

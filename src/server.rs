@@ -122,6 +122,7 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
         max_connections: 64,
         ..limits
     };
+    let token: Option<Arc<str>> = config.admin_token().map(Arc::from);
     let admin_task = tokio::spawn(listener::serve(
         admin,
         auto::Builder::new(TokioExecutor::new()),
@@ -129,7 +130,21 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
         stopped,
         move |req, _| {
             let p = Arc::clone(&p);
-            async move { admin_response(&p, &req) }
+            let token = token.clone();
+            async move {
+                if req.uri().path() != "/healthz" && !authorized(&req, token.as_deref()) {
+                    let mut r = text(
+                        StatusCode::UNAUTHORIZED,
+                        "give Authorization: Bearer <admin_token>\n",
+                    );
+                    r.headers_mut().insert(
+                        http::header::WWW_AUTHENTICATE,
+                        http::HeaderValue::from_static("Bearer realm=\"secondhit admin\""),
+                    );
+                    return r;
+                }
+                admin_response(&p, &req)
+            }
         },
     ));
     let mut tasks = vec![public_task, admin_task];
@@ -183,6 +198,31 @@ async fn write_state(proxy: Arc<Proxy>, dir: std::path::PathBuf) {
         }
         Err(e) => tracing::warn!(error = %e, "the state writer panicked"),
     }
+}
+
+/// Whether an admin request carries the token (always, when none is configured). The
+/// comparison takes the same time whatever the bytes, so the token cannot be guessed byte by
+/// byte from response times.
+fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
+    let Some(token) = token else {
+        return true;
+    };
+    let given = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+}
+
+/// Byte-string equality whose time depends only on the lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+    }
+    diff == 0
 }
 
 fn admin_response(proxy: &Proxy, req: &Request<Incoming>) -> Response<ProxyBody> {
@@ -271,6 +311,16 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::percent_decode;
+
+    #[test]
+    fn tokens_compare_on_every_byte() {
+        use super::constant_time_eq;
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
 
     #[test]
     fn decodes_query_values() {

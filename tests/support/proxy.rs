@@ -102,13 +102,25 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> String {
 
 /// GET on the admin listener, or POST when `post`.
 pub async fn admin(addr: SocketAddr, path: &str, post: bool) -> (StatusCode, String) {
+    admin_with(addr, path, post, None).await
+}
+
+/// The same with `Authorization: Bearer <token>`.
+pub async fn admin_with(
+    addr: SocketAddr,
+    path: &str,
+    post: bool,
+    token: Option<&str>,
+) -> (StatusCode, String) {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
-    let req = Request::builder()
+    let mut b = Request::builder()
         .method(if post { Method::POST } else { Method::GET })
-        .uri(format!("http://{addr}{path}"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
+        .uri(format!("http://{addr}{path}"));
+    if let Some(t) = token {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    let req = b.body(Full::new(Bytes::new())).unwrap();
     let resp = client.request(req).await.unwrap();
     let status = resp.status();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
