@@ -211,6 +211,8 @@ pub struct Config {
     pub limits: Limits,
     /// Logging.
     pub log: LogConfig,
+    /// TLS: on `listen` for clients, and the trust for `https://` origins.
+    pub tls: TlsConfig,
     /// Where the admission filter's state is kept across restarts (`admission.snapshot`):
     /// loaded at start, written every `state_snapshot_interval` and on shutdown. Unset: the
     /// filter starts empty on every start.
@@ -237,6 +239,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             limits: Limits::default(),
             log: LogConfig::default(),
+            tls: TlsConfig::default(),
             state_dir: None,
             state_snapshot_interval: Duration::from_secs(60),
             admin_token: None,
@@ -467,6 +470,60 @@ impl Default for Limits {
     }
 }
 
+/// `[tls]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain for clients; with `key`, `listen` speaks TLS (ALPN `h2`,
+    /// `http/1.1`).
+    pub cert: Option<std::path::PathBuf>,
+    /// PEM private key of `cert`.
+    pub key: Option<std::path::PathBuf>,
+    /// More certificates, chosen by the SNI name the client asks for: `[[tls.sni]]` with
+    /// `host`, `cert`, `key`.
+    pub sni: Vec<SniConfig>,
+    /// A cleartext listener beside the TLS one (the TLS one is `listen`).
+    pub plain_listen: Option<SocketAddr>,
+    /// Extra CA certificates (PEM) trusted for `https://` origins, beside the webpki roots.
+    pub origin_ca_file: Option<std::path::PathBuf>,
+    /// Offer HTTP/2 to `https://` origins (by ALPN; they may still choose HTTP/1.1).
+    pub origin_http2: bool,
+}
+
+/// `[[tls.sni]]`: a certificate for one host name.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SniConfig {
+    /// The host name the client asks for by SNI.
+    pub host: String,
+    /// Its PEM certificate chain.
+    pub cert: std::path::PathBuf,
+    /// Its PEM private key.
+    pub key: std::path::PathBuf,
+}
+
+impl TlsConfig {
+    /// The default certificate pair and the SNI ones, when TLS is on.
+    pub fn pairs(&self) -> Option<(crate::tls::CertPair, Vec<crate::tls::CertPair>)> {
+        let (cert, key) = (self.cert.clone()?, self.key.clone()?);
+        let default = crate::tls::CertPair {
+            host: None,
+            cert,
+            key,
+        };
+        let sni = self
+            .sni
+            .iter()
+            .map(|s| crate::tls::CertPair {
+                host: Some(s.host.clone()),
+                cert: s.cert.clone(),
+                key: s.key.clone(),
+            })
+            .collect();
+        Some((default, sni))
+    }
+}
+
 /// A log level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
@@ -550,12 +607,10 @@ impl Default for LogConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OriginUrlError {
     /// Not a URL.
-    #[error("{0:?} is not a URL: expected http://host:port")]
+    #[error("{0:?} is not a URL: expected http://host:port or https://host:port")]
     NotUrl(String),
-    /// Not `http://`.
-    #[error(
-        "{0:?}: only http:// origins are supported (put TLS in front of secondhit, not behind it)"
-    )]
+    /// Neither `http://` nor `https://`.
+    #[error("{0:?}: an origin is http:// or https://")]
     Scheme(String),
     /// No host.
     #[error("{0:?} has no host")]
@@ -565,11 +620,24 @@ pub enum OriginUrlError {
     Path(String),
 }
 
-/// A parsed origin: `http://host:port`, no path.
+/// A parsed origin: `http://host:port` or `https://host:port`, no path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OriginUrl {
-    /// `host:port` to connect to.
+    /// Whether it is reached over TLS (`https://`).
+    pub tls: bool,
+    /// `host:port` to connect to (and, for `https://`, the name its certificate must carry).
     pub authority: http::uri::Authority,
+}
+
+impl OriginUrl {
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
 }
 
 impl FromStr for OriginUrl {
@@ -578,22 +646,24 @@ impl FromStr for OriginUrl {
         let uri: http::Uri = url
             .parse()
             .map_err(|_| OriginUrlError::NotUrl(url.into()))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(OriginUrlError::Scheme(url.into()));
-        }
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(OriginUrlError::Scheme(url.into())),
+        };
         let Some(authority) = uri.authority().cloned() else {
             return Err(OriginUrlError::NoHost(url.into()));
         };
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
             return Err(OriginUrlError::Path(url.into()));
         }
-        Ok(OriginUrl { authority })
+        Ok(OriginUrl { tls, authority })
     }
 }
 
 impl fmt::Display for OriginUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}", self.authority)
+        write!(f, "{}://{}", self.scheme(), self.authority)
     }
 }
 
@@ -637,6 +707,12 @@ pub struct Overrides {
     /// Log one line per request.
     #[arg(long)]
     pub access_log: bool,
+    /// PEM certificate chain: TLS on --listen (ALPN h2, http/1.1); needs --tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Directory where the admission filter's state survives restarts (loaded at start,
     /// written every state_snapshot_interval and on shutdown).
     #[arg(long)]
@@ -740,6 +816,12 @@ impl Config {
         if o.access_log {
             self.log.access_log = true;
         }
+        if let Some(v) = o.tls_cert {
+            self.tls.cert = Some(v);
+        }
+        if let Some(v) = o.tls_key {
+            self.tls.key = Some(v);
+        }
         if let Some(v) = o.state_dir {
             self.state_dir = Some(v);
         }
@@ -786,6 +868,19 @@ impl Config {
                     "{} is less than cache.max_object_size ({max}): the largest object could never be stored",
                     self.limits.store_buffer_bytes
                 ),
+            ));
+        }
+        let t = &self.tls;
+        if t.cert.is_some() != t.key.is_some() {
+            return Err(invalid(
+                "tls",
+                "cert and key go together: give both (--tls-cert and --tls-key) or neither",
+            ));
+        }
+        if t.cert.is_none() && (!t.sni.is_empty() || t.plain_listen.is_some()) {
+            return Err(invalid(
+                "tls",
+                "tls.sni and tls.plain_listen need tls.cert and tls.key (the default certificate)",
             ));
         }
         if self.state_snapshot_interval.is_zero() {
@@ -940,12 +1035,19 @@ mod tests {
         assert!(e.contains("line 2: cache.capacity = \"12 parsecs\""), "{e}");
         let e = Config::from_toml("colour = 1").unwrap_err().to_string();
         assert!(e.contains("colour"), "{e}");
-        let e = Config::from_toml("origin = \"https://x:1\"")
+        let e = Config::from_toml("origin = \"ftp://x:1\"")
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("origin = \"https://x:1\"") && e.contains("only http://"),
+            e.contains("origin = \"ftp://x:1\"") && e.contains("http:// or https://"),
             "{e}"
+        );
+        assert!(
+            Config::from_toml("origin = \"https://x:1\"")
+                .unwrap()
+                .origin
+                .unwrap()
+                .tls
         );
         let e = Config::from_toml("origin = \"http://x:1/path\"")
             .unwrap_err()

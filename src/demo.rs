@@ -125,6 +125,7 @@ pub async fn run(
             listen: LOOPBACK_ANY,
             admin_listen: LOOPBACK_ANY,
             origin: Some(OriginUrl {
+                tls: false,
                 authority: http::uri::Authority::try_from(origin.addr.to_string())
                     .map_err(|e| DemoError::Panicked(format!("a loopback address: {e}")))?,
             }),

@@ -67,6 +67,8 @@
 //! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a
 //!   byte budget (backpressure).
 //! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
+//! - [`tls`]: rustls both ways: certificates chosen by SNI with ALPN h2 for clients, verified
+//!   `https://` origins.
 //! - [`state`]: the admission filter's state on disk (`--state-dir`): atomic writes, tolerant
 //!   loads.
 //!
@@ -90,6 +92,7 @@ pub mod server;
 pub mod sim;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod trace;
 pub mod units;
 

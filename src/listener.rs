@@ -1,7 +1,8 @@
 //! The one accept loop: every server here (the proxy's public and admin listeners, the synthetic
 //! origin) accepts connections through [`serve`], which bounds the connections served at once,
-//! closes connections that send nothing, serves HTTP/1.1 and cleartext HTTP/2 with hyper-util,
-//! and on shutdown stops accepting and gives in-flight requests a grace period.
+//! closes connections that send nothing, completes the TLS handshake when the listener has
+//! TLS, serves HTTP/1.1 and HTTP/2 (cleartext, or by ALPN over TLS) with hyper-util, and on
+//! shutdown stops accepting and gives in-flight requests a grace period.
 
 use crate::body::ProxyBody;
 use http::{Request, Response};
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
 /// How a listener treats its connections.
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +42,7 @@ pub async fn stopped_signal(stopped: &mut watch::Receiver<bool>) {
 pub async fn serve<H, Fut>(
     listener: TcpListener,
     builder: auto::Builder<TokioExecutor>,
+    tls: Option<TlsAcceptor>,
     limits: Limits,
     mut stopped: watch::Receiver<bool>,
     handler: H,
@@ -70,6 +73,7 @@ pub async fn serve<H, Fut>(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let handler = handler.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             // hyper-util reads the first bytes to tell HTTP/1 from HTTP/2 with no timeout: a
             // connection that never sends a byte would hold its slot for ever.
@@ -88,8 +92,31 @@ pub async fn serve<H, Fut>(
                 let handler = handler.clone();
                 async move { Ok::<_, Infallible>(handler(req, peer).await) }
             });
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(conn).await {
+            let ended = match tls {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(conn).await
+                }
+                Some(acceptor) => {
+                    // The handshake gets the same bound as a request head.
+                    let wait = limits.first_byte.unwrap_or(Duration::from_secs(10));
+                    match tokio::time::timeout(wait, acceptor.accept(stream)).await {
+                        Ok(Ok(tls_stream)) => {
+                            let conn = builder.serve_connection(TokioIo::new(tls_stream), service);
+                            watcher.watch(conn).await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
             drop(permit);

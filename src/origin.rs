@@ -1,14 +1,18 @@
 //! The origins: which configured origin serves a request, and a pooled keep-alive client to
-//! them. Only configured origins are ever contacted.
+//! them over HTTP or HTTPS. Only configured origins are ever contacted.
 
 use crate::body::ProxyBody;
-use crate::config::Config;
+use crate::config::{Config, OriginUrl};
 use crate::proxy::authority::Host;
-use http::uri::Authority;
+use crate::tls::TlsError;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::collections::HashMap;
+
+/// The client every origin request goes through: plain HTTP or rustls, pooled.
+pub type OriginClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
 
 /// Kinds of origin failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,16 +27,20 @@ pub enum OriginError {
     Body,
     /// The response's header block was larger than `limits.max_origin_header_bytes` (502).
     HeadersTooLarge,
+    /// An `https://` origin's certificate did not verify, or the handshake failed (502): never
+    /// a silent downgrade.
+    Tls,
 }
 
 impl OriginError {
     /// Every kind, for metrics.
-    pub const ALL: [OriginError; 5] = [
+    pub const ALL: [OriginError; 6] = [
         OriginError::Connect,
         OriginError::Timeout,
         OriginError::Other,
         OriginError::Body,
         OriginError::HeadersTooLarge,
+        OriginError::Tls,
     ];
     /// Label for metrics and logs.
     pub const fn as_str(self) -> &'static str {
@@ -42,49 +50,62 @@ impl OriginError {
             OriginError::Other => "other",
             OriginError::Body => "body",
             OriginError::HeadersTooLarge => "headers-too-large",
+            OriginError::Tls => "tls",
         }
     }
 }
 
 /// The configured origins and a pooled client to them.
 pub struct Origins {
-    default: Option<Authority>,
-    hosts: HashMap<String, Authority>,
-    client: Client<HttpConnector, ProxyBody>,
+    default: Option<OriginUrl>,
+    hosts: HashMap<String, OriginUrl>,
+    client: OriginClient,
 }
 
 impl Origins {
     /// Builds the routing table and the client from a validated configuration: connect timeout,
     /// idle pooled connections closed after `origin_idle` (the pool needs a timer for that), and
     /// the client's read buffer capped at `limits.max_origin_header_bytes`, which bounds both an
-    /// origin's header block and the size of each body chunk read from it.
-    pub fn new(config: &Config) -> Origins {
-        let default = config.origin.as_ref().map(|o| o.authority.clone());
+    /// origin's header block and the size of each body chunk read from it. `https://` origins
+    /// are verified against the webpki roots and `tls.origin_ca_file`, with SNI from the
+    /// origin's host name, and offered HTTP/2 by ALPN when `tls.origin_http2`.
+    pub fn new(config: &Config) -> Result<Origins, TlsError> {
         // Keys are normalised hosts already (config::de_hosts).
-        let hosts: HashMap<String, Authority> = config
+        let hosts: HashMap<String, OriginUrl> = config
             .hosts
             .iter()
-            .map(|(host, url)| (host.clone(), url.authority.clone()))
+            .map(|(host, url)| (host.clone(), url.clone()))
             .collect();
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.timeouts.connect));
-        connector.set_nodelay(true);
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(config.timeouts.connect));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let tls = crate::tls::origin_client_config(config.tls.origin_ca_file.as_deref())?;
+        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1();
+        let connector = if config.tls.origin_http2 {
+            builder.enable_http2().wrap_connector(http)
+        } else {
+            builder.wrap_connector(http)
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(config.timeouts.origin_idle)
             .pool_timer(TokioTimer::new())
             .http1_max_buf_size(config.limits.max_origin_header_bytes)
             .build(connector);
-        Origins {
-            default,
+        Ok(Origins {
+            default: config.origin.clone(),
             hosts,
             client,
-        }
+        })
     }
 
     /// The origin for a request's host: a `[hosts]` entry matching `host:port` or `host`, else
     /// the default origin, unless the request came in absolute form (a proxy-style request for
     /// some other site), which only a `[hosts]` entry may serve.
-    pub fn route(&self, host: &Host, absolute_form: bool) -> Option<&Authority> {
+    pub fn route(&self, host: &Host, absolute_form: bool) -> Option<&OriginUrl> {
         if let Some(o) = self
             .hosts
             .get(host.as_str())
@@ -99,7 +120,7 @@ impl Origins {
     }
 
     /// The pooled client.
-    pub fn client(&self) -> &Client<HttpConnector, ProxyBody> {
+    pub fn client(&self) -> &OriginClient {
         &self.client
     }
 }
@@ -110,7 +131,7 @@ mod tests {
 
     fn origins(toml: &str) -> Origins {
         let c = Config::from_toml(toml).unwrap();
-        Origins::new(&c)
+        Origins::new(&c).unwrap()
     }
 
     #[tokio::test]
@@ -118,7 +139,7 @@ mod tests {
         let o = origins("origin = \"http://127.0.0.1:1000\"\n[hosts]\n\"img.example\" = \"http://127.0.0.1:2000\"");
         let r = |a: &str, abs: bool| {
             o.route(&Host::parse(a.as_bytes(), 80).unwrap(), abs)
-                .map(|x| x.to_string())
+                .map(|x| x.authority.to_string())
         };
         assert_eq!(r("img.example", false).as_deref(), Some("127.0.0.1:2000"));
         assert_eq!(

@@ -410,6 +410,7 @@ pub async fn start(options: OriginOptions) -> Result<RunningOrigin, OriginServer
     let task = tokio::spawn(listener::serve(
         listener,
         auto::Builder::new(TokioExecutor::new()),
+        None,
         limits,
         stopped,
         move |req, _| {

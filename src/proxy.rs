@@ -131,6 +131,17 @@ struct PathTimeouts {
     client_body: Duration,
 }
 
+/// Why the proxy could not be built from a valid configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The admission filter could not be built as sized.
+    #[error("admission: {0}")]
+    Admission(#[from] crate::admission::PolicyError),
+    /// The trust for `https://` origins could not be set up (the CA file).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+}
+
 /// Why a purge was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PurgeError {
@@ -161,6 +172,8 @@ pub struct Proxy {
     rules: StoreRules,
     forwarded: Vec<HeaderName>,
     check_rules: Rules,
+    /// The same for requests that came over TLS (keys and Hosts in `https`).
+    check_rules_tls: Rules,
     limits: BodyLimits,
     timeouts: PathTimeouts,
     /// Bytes of bodies being stored, all responses together (`limits.store_buffer_bytes`).
@@ -182,10 +195,7 @@ impl Proxy {
     /// Builds the proxy from a validated configuration. `clock` decides freshness and drives the
     /// admission windows: the system clock in production, a manual one in tests. Fails only if
     /// the admission filter cannot be allocated as sized.
-    pub fn new(
-        config: &ValidConfig,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Proxy, crate::admission::PolicyError> {
+    pub fn new(config: &ValidConfig, clock: Arc<dyn Clock>) -> Result<Proxy, BuildError> {
         let admission = config.admission.settings().build(config.admission.policy)?;
         let lab = config.cache.lab_mode;
         let cache: Cache<String, Entry> =
@@ -196,7 +206,7 @@ impl Proxy {
                 .build();
         let l = &config.limits;
         Ok(Proxy {
-            origins: Origins::new(config),
+            origins: Origins::new(config)?,
             store: Maintained::new(cache, lab),
             admission,
             clock,
@@ -207,6 +217,11 @@ impl Proxy {
             check_rules: Rules {
                 scheme: "http",
                 default_port: 80,
+                max_uri: l.max_uri_bytes,
+            },
+            check_rules_tls: Rules {
+                scheme: "https",
+                default_port: 443,
                 max_uri: l.max_uri_bytes,
             },
             limits: BodyLimits {
@@ -268,11 +283,12 @@ impl Proxy {
         self.store.cache().invalidate_all();
     }
 
-    /// Serves one request from a client at `client`.
+    /// Serves one request from a client at `client`; `secure`: it came over TLS.
     pub async fn handle(
         self: &Arc<Self>,
         req: Request<Incoming>,
         client: IpAddr,
+        secure: bool,
     ) -> Response<ProxyBody> {
         let start = Instant::now();
         // Only an access log needs these: no allocation on the request path otherwise.
@@ -284,7 +300,7 @@ impl Proxy {
             mut response,
             outcome,
             status,
-        } = self.serve(req, client).await;
+        } = self.serve(req, client, secure).await;
         let h = response.headers_mut();
         h.insert("x-cache", HeaderValue::from_static(outcome.as_str()));
         h.insert("cache-status", status.header());
@@ -316,15 +332,20 @@ impl Proxy {
     }
 
     /// The phases, in order.
-    async fn serve(self: &Arc<Self>, req: Request<Incoming>, client: IpAddr) -> Answer {
+    async fn serve(
+        self: &Arc<Self>,
+        req: Request<Incoming>,
+        client: IpAddr,
+        secure: bool,
+    ) -> Answer {
         let (mut parts, body) = req.into_parts();
         // 1. check
-        let target = match check::check(
-            &parts,
-            body.is_end_stream(),
-            &self.check_rules,
-            &self.origins,
-        ) {
+        let rules = if secure {
+            &self.check_rules_tls
+        } else {
+            &self.check_rules
+        };
+        let target = match check::check(&parts, body.is_end_stream(), rules, &self.origins) {
             Ok(t) => t,
             Err(refusal) => return self.refuse(refusal),
         };

@@ -16,13 +16,17 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// The admission filter could not be built as configured.
-    #[error("admission: {0}")]
-    Admission(#[from] crate::admission::PolicyError),
+    /// The proxy could not be built (the admission filter, the origins' TLS trust).
+    #[error(transparent)]
+    Build(#[from] crate::proxy::BuildError),
+    /// The clients' TLS could not be set up: a certificate or key file, named.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The state directory could not be created.
     #[error("state_dir {path}: {source}")]
     StateDir {
@@ -47,6 +51,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The admin listener's address.
     pub admin_addr: SocketAddr,
+    /// The cleartext listener beside a TLS `listen` (`tls.plain_listen`), if any.
+    pub plain_addr: Option<SocketAddr>,
     /// The proxy, for tests and embedding.
     pub proxy: Arc<Proxy>,
     stop: watch::Sender<bool>,
@@ -71,6 +77,13 @@ impl Running {
 
 /// Binds both listeners and starts serving.
 pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running, ServeError> {
+    // Certificates first: a bad file is a one-line error before anything listens.
+    let tls = match config.tls.pairs() {
+        Some((default, sni)) => Some(TlsAcceptor::from(crate::tls::server_config(
+            &default, &sni,
+        )?)),
+        None => None,
+    };
     let proxy = Arc::new(Proxy::new(&config, clock)?);
     if let Some(dir) = &config.state_dir {
         std::fs::create_dir_all(dir).map_err(|source| ServeError::StateDir {
@@ -90,6 +103,10 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
     };
     let (public, addr) = bind(config.listen).await?;
     let (admin, admin_addr) = bind(config.admin_listen).await?;
+    let plain = match config.tls.plain_listen {
+        Some(a) => Some(bind(a).await?),
+        None => None,
+    };
     let (stop, stopped) = watch::channel(false);
 
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -106,26 +123,44 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
         first_byte: Some(config.timeouts.client_header),
         grace: config.timeouts.shutdown_grace,
     };
+    let secure = tls.is_some();
     let p = Arc::clone(&proxy);
-    let public_task = tokio::spawn(listener::serve(
+    let mut tasks = vec![tokio::spawn(listener::serve(
         public,
-        builder,
+        builder.clone(),
+        tls,
         limits,
         stopped.clone(),
         move |req, peer: SocketAddr| {
             let p = Arc::clone(&p);
-            async move { p.handle(req, peer.ip()).await }
+            async move { p.handle(req, peer.ip(), secure).await }
         },
-    ));
+    ))];
+    let plain_addr = plain.as_ref().map(|(_, a)| *a);
+    if let Some((plain, _)) = plain {
+        let p = Arc::clone(&proxy);
+        tasks.push(tokio::spawn(listener::serve(
+            plain,
+            builder,
+            None,
+            limits,
+            stopped.clone(),
+            move |req, peer: SocketAddr| {
+                let p = Arc::clone(&p);
+                async move { p.handle(req, peer.ip(), false).await }
+            },
+        )));
+    }
     let p = Arc::clone(&proxy);
     let admin_limits = listener::Limits {
         max_connections: 64,
         ..limits
     };
     let token: Option<Arc<str>> = config.admin_token().map(Arc::from);
-    let admin_task = tokio::spawn(listener::serve(
+    tasks.push(tokio::spawn(listener::serve(
         admin,
         auto::Builder::new(TokioExecutor::new()),
+        None,
         admin_limits,
         stopped,
         move |req, _| {
@@ -146,8 +181,7 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
                 admin_response(&p, &req)
             }
         },
-    ));
-    let mut tasks = vec![public_task, admin_task];
+    )));
     if let Some(dir) = config.state_dir.clone() {
         tasks.push(tokio::spawn(snapshot_every(
             Arc::clone(&proxy),
@@ -156,10 +190,11 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
             stop.subscribe(),
         )));
     }
-    tracing::info!(%addr, %admin_addr, "secondhit serving");
+    tracing::info!(%addr, %admin_addr, tls = secure, "secondhit serving");
     Ok(Running {
         addr,
         admin_addr,
+        plain_addr,
         proxy,
         stop,
         tasks,

@@ -6,11 +6,12 @@
 
 use super::authority::Host;
 use super::outcome::Refusal;
+use crate::config::OriginUrl;
 use crate::http_cache::{self, cache_key};
 use crate::origin::Origins;
 use http::header::{self, HeaderMap, HeaderName};
 use http::request::Parts;
-use http::uri::{Authority, PathAndQuery};
+use http::uri::PathAndQuery;
 use http::{Method, Version};
 
 /// Where a checked request goes.
@@ -19,7 +20,11 @@ pub struct Target {
     /// The request's host, normalised: the key's, the route's and the origin's `Host`.
     pub host: Host,
     /// The configured origin to connect to.
-    pub origin: Authority,
+    pub origin: OriginUrl,
+    /// The scheme the client used (`http` or `https`): part of the key.
+    pub scheme: &'static str,
+    /// The port its Host may leave out (80 or 443).
+    pub default_port: u16,
     /// The path and query, as received.
     pub path_and_query: PathAndQuery,
     /// The primary cache key (`GET http://host/path?query`).
@@ -29,9 +34,9 @@ pub struct Target {
 /// What `check` needs to know about the listener and the limits.
 #[derive(Clone, Copy, Debug)]
 pub struct Rules {
-    /// The listener's scheme (`http`); keys carry it.
+    /// The listener's scheme (`http`, or `https` on the TLS listener); keys carry it.
     pub scheme: &'static str,
-    /// The port a Host may leave out (80 for `http`).
+    /// The port a Host may leave out (80 for `http`, 443 for `https`).
     pub default_port: u16,
     /// Longest request target accepted.
     pub max_uri: usize,
@@ -100,6 +105,8 @@ pub fn check(
     Ok(Target {
         host,
         origin,
+        scheme: rules.scheme,
+        default_port: rules.default_port,
         path_and_query,
         key,
     })
@@ -141,7 +148,7 @@ mod tests {
             "origin = \"http://127.0.0.1:1000\"\n[hosts]\n\"img.test\" = \"http://127.0.0.1:2000\"",
         )
         .unwrap();
-        Origins::new(&c)
+        Origins::new(&c).unwrap()
     }
 
     const RULES: Rules = Rules {
@@ -172,13 +179,13 @@ mod tests {
     fn the_key_the_route_and_the_host_are_one_value() {
         let t = run(Request::get("/a").header("host", "IMG.test.")).unwrap();
         assert_eq!(
-            (t.host.as_str(), t.origin.as_str(), t.key.as_str()),
+            (t.host.as_str(), t.origin.authority.as_str(), t.key.as_str()),
             ("img.test", "127.0.0.1:2000", "GET http://img.test/a")
         );
         // Absolute form: the target's authority wins, the Host field is ignored.
         let t = run(Request::get("http://img.test/a").header("host", "evil.test")).unwrap();
         assert_eq!(
-            (t.host.as_str(), t.origin.as_str()),
+            (t.host.as_str(), t.origin.authority.as_str()),
             ("img.test", "127.0.0.1:2000")
         );
         // Absolute form for a site without a [hosts] entry: refused, never the default origin.
@@ -204,7 +211,7 @@ mod tests {
         let t = run(Request::get("/a")
             .version(Version::HTTP_2)
             .header("host", "img.test"));
-        assert_eq!(t.unwrap().origin.as_str(), "127.0.0.1:2000");
+        assert_eq!(t.unwrap().origin.authority.as_str(), "127.0.0.1:2000");
     }
 
     #[test]

@@ -55,6 +55,11 @@ impl FetchError {
                 "origin unreachable",
                 "origin-connect",
             ),
+            FetchError::Origin(OriginError::Tls) => (
+                StatusCode::BAD_GATEWAY,
+                "origin TLS failed (its certificate did not verify, or the handshake failed)",
+                "origin-tls",
+            ),
             FetchError::Origin(_) => (
                 StatusCode::BAD_GATEWAY,
                 "origin unreachable",
@@ -200,8 +205,8 @@ pub fn upstream_request(
     headers.insert("x-forwarded-for", HeaderValue::from_str(&forwarded_for)?);
     headers.append(header::VIA, HeaderValue::from_static("1.1 secondhit"));
     let uri = Uri::builder()
-        .scheme("http")
-        .authority(target.origin.clone())
+        .scheme(target.origin.scheme())
+        .authority(target.origin.authority.clone())
         .path_and_query(target.path_and_query.clone())
         .build()?;
     let mut out = Request::new(body);
@@ -211,8 +216,11 @@ pub fn upstream_request(
     Ok(out)
 }
 
-/// Classifies a failed origin request: connect, headers too large, or other.
+/// Classifies a failed origin request: TLS, connect, headers too large, or other.
 pub fn origin_error(e: &hyper_util::client::legacy::Error) -> OriginError {
+    if crate::tls::is_tls_error(e) {
+        return OriginError::Tls;
+    }
     if e.is_connect() {
         return OriginError::Connect;
     }

@@ -61,7 +61,12 @@ pub fn strip_client_conditionals(headers: &mut HeaderMap) {
 
 /// The path of `location` (a `Location` or `Content-Location` value) if it names the same origin
 /// as the request (RFC 9111 §4.4: only then may it be invalidated).
-pub fn same_origin_path(location: &str, host: &Host, scheme: &str) -> Option<String> {
+pub fn same_origin_path(
+    location: &str,
+    host: &Host,
+    scheme: &str,
+    default_port: u16,
+) -> Option<String> {
     if location.starts_with('/') && !location.starts_with("//") {
         return Some(location.to_string());
     }
@@ -69,7 +74,7 @@ pub fn same_origin_path(location: &str, host: &Host, scheme: &str) -> Option<Str
     if uri.scheme_str() != Some(scheme) {
         return None;
     }
-    let other = Host::parse(uri.authority()?.as_str().as_bytes(), 80).ok()?;
+    let other = Host::parse(uri.authority()?.as_str().as_bytes(), default_port).ok()?;
     (other == *host).then(|| uri.path_and_query().map_or("/", |p| p.as_str()).to_string())
 }
 
@@ -334,13 +339,13 @@ impl Proxy {
     /// RFC 9111 §4.4: a non-error response to an unsafe request invalidates the target URI and
     /// the same-origin `Location` and `Content-Location`.
     pub(super) fn invalidate_after_unsafe(&self, target: &Target, response: &HeaderMap) {
-        let scheme = self.check_rules.scheme;
+        let scheme = target.scheme;
         let mut n = self.remove_url(&target.key);
         for name in [header::LOCATION, header::CONTENT_LOCATION] {
             let path = response
                 .get(&name)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|l| same_origin_path(l, &target.host, scheme));
+                .and_then(|l| same_origin_path(l, &target.host, scheme, target.default_port));
             if let Some(path) = path {
                 n += self.remove_url(&cache_key(scheme, target.host.as_str(), &path));
             }
@@ -373,20 +378,25 @@ impl Proxy {
         })
     }
 
-    /// The primary key of `url` (`http://host/path?query`).
+    /// The primary key of `url` (`http://host/path?query` or `https://...`).
     pub(super) fn key_of_url(&self, url: &str) -> Result<String, PurgeError> {
         let uri: Uri = url.parse().map_err(|_| PurgeError::NotUrl(url.into()))?;
+        let (scheme, default_port) = match uri.scheme_str() {
+            Some("https") => ("https", 443),
+            Some("http") => ("http", 80),
+            _ => return Err(PurgeError::NotUrl(url.into())),
+        };
         let authority = uri
             .authority()
             .ok_or_else(|| PurgeError::NoHost(url.into()))?;
-        let host = Host::parse(authority.as_str().as_bytes(), 80).map_err(|error| {
+        let host = Host::parse(authority.as_str().as_bytes(), default_port).map_err(|error| {
             PurgeError::BadHost {
                 url: url.into(),
                 error,
             }
         })?;
         let pq = uri.path_and_query().map_or("/", |p| p.as_str());
-        Ok(cache_key(self.check_rules.scheme, host.as_str(), pq))
+        Ok(cache_key(scheme, host.as_str(), pq))
     }
 
     /// Removes or (`soft`) expires every object entry matching; `exact`, when not empty, is a
@@ -480,7 +490,7 @@ mod tests {
     fn only_same_origin_locations_are_invalidated() {
         // RFC 9111 §4.4.
         let host = Host::parse(b"a.test", 80).unwrap();
-        let p = |l: &str| same_origin_path(l, &host, "http");
+        let p = |l: &str| same_origin_path(l, &host, "http", 80);
         assert_eq!(p("/x?y").as_deref(), Some("/x?y"));
         assert_eq!(p("http://A.test:80/z").as_deref(), Some("/z"));
         assert_eq!(p("http://b.test/z"), None);
