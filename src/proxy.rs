@@ -42,6 +42,7 @@ use crate::metrics::Metrics;
 use crate::origin::OriginError;
 use crate::origin::Origins;
 use crate::store::{moka_builder, Maintained};
+use arc_swap::ArcSwap;
 use authority::AuthorityError;
 use cached::{CachedObject, Entry, FreshFor};
 use check::{Rules, Target};
@@ -161,14 +162,20 @@ pub enum PurgeError {
     },
 }
 
-/// The caching proxy: all state shared by every connection.
+/// The caching proxy: all state shared by every connection. What a reload may change sits in
+/// [`Live`], swapped whole; each request reads it once and finishes on it.
 pub struct Proxy {
-    origins: Origins,
-    store: Maintained<String, Entry>,
+    live: ArcSwap<Live>,
+    store: ArcSwap<Maintained<String, Entry>>,
     admission: Box<dyn Admission>,
     clock: Arc<dyn Clock>,
     inflight: Arc<Inflight>,
     metrics: Metrics,
+}
+
+/// The settings a reload swaps in: routes and origins, rules, limits, timeouts.
+pub(crate) struct Live {
+    origins: Origins,
     rules: StoreRules,
     forwarded: Vec<HeaderName>,
     check_rules: Rules,
@@ -184,34 +191,11 @@ pub struct Proxy {
     stale_keep: Duration,
 }
 
-/// What `serve` decided, before the common headers go on.
-struct Answer {
-    response: Response<ProxyBody>,
-    outcome: Outcome,
-    status: CacheStatus,
-}
-
-impl Proxy {
-    /// Builds the proxy from a validated configuration. `clock` decides freshness and drives the
-    /// admission windows: the system clock in production, a manual one in tests. Fails only if
-    /// the admission filter cannot be allocated as sized.
-    pub fn new(config: &ValidConfig, clock: Arc<dyn Clock>) -> Result<Proxy, BuildError> {
-        let admission = config.admission.settings().build(config.admission.policy)?;
-        let lab = config.cache.lab_mode;
-        let cache: Cache<String, Entry> =
-            moka_builder::<String, Entry>(config.cache.capacity, config.cache.eviction)
-                .weigher(move |k: &String, v: &Entry| v.weight(k, lab))
-                .expire_after(FreshFor)
-                .support_invalidation_closures()
-                .build();
+impl Live {
+    fn new(config: &ValidConfig) -> Result<Live, BuildError> {
         let l = &config.limits;
-        Ok(Proxy {
+        Ok(Live {
             origins: Origins::new(config)?,
-            store: Maintained::new(cache, lab),
-            admission,
-            clock,
-            inflight: Arc::default(),
-            metrics: Metrics::default(),
             rules: config.store_rules(),
             forwarded: config.cache.forwarded_request_headers.clone(),
             check_rules: Rules {
@@ -244,6 +228,42 @@ impl Proxy {
             stale_keep: config.cache.stale_keep,
         })
     }
+}
+
+/// The moka store for a configuration: byte capacity, eviction, weights, expiry.
+fn build_store(config: &ValidConfig) -> Maintained<String, Entry> {
+    let lab = config.cache.lab_mode;
+    let cache: Cache<String, Entry> =
+        moka_builder::<String, Entry>(config.cache.capacity, config.cache.eviction)
+            .weigher(move |k: &String, v: &Entry| v.weight(k, lab))
+            .expire_after(FreshFor)
+            .support_invalidation_closures()
+            .build();
+    Maintained::new(cache, lab)
+}
+
+/// What `serve` decided, before the common headers go on.
+struct Answer {
+    response: Response<ProxyBody>,
+    outcome: Outcome,
+    status: CacheStatus,
+}
+
+impl Proxy {
+    /// Builds the proxy from a validated configuration. `clock` decides freshness and drives the
+    /// admission windows: the system clock in production, a manual one in tests. Fails only if
+    /// the admission filter cannot be allocated as sized.
+    pub fn new(config: &ValidConfig, clock: Arc<dyn Clock>) -> Result<Proxy, BuildError> {
+        let admission = config.admission.settings().build(config.admission.policy)?;
+        Ok(Proxy {
+            live: ArcSwap::from_pointee(Live::new(config)?),
+            store: ArcSwap::from_pointee(build_store(config)),
+            admission,
+            clock,
+            inflight: Arc::default(),
+            metrics: Metrics::default(),
+        })
+    }
 
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
@@ -262,7 +282,8 @@ impl Proxy {
 
     /// Prometheus text of the metrics, the cache and the admission policy.
     pub fn render_metrics(&self) -> String {
-        let cache = self.store.cache();
+        let store = self.store.load();
+        let cache = store.cache();
         cache.run_pending_tasks();
         self.metrics.render(
             cache.entry_count(),
@@ -280,7 +301,7 @@ impl Proxy {
 
     /// Removes everything.
     pub fn purge_all(&self) {
-        self.store.cache().invalidate_all();
+        self.store.load().cache().invalidate_all();
     }
 
     /// Serves one request from a client at `client`; `secure`: it came over TLS.
@@ -291,8 +312,10 @@ impl Proxy {
         secure: bool,
     ) -> Response<ProxyBody> {
         let start = Instant::now();
+        // The settings this request runs on, whatever a reload swaps in meanwhile.
+        let live = self.live.load_full();
         // Only an access log needs these: no allocation on the request path otherwise.
-        let request_line = self
+        let request_line = live
             .access_log
             .then(|| (req.method().clone(), req.uri().to_string()));
         let head_request = req.method() == Method::HEAD;
@@ -300,12 +323,12 @@ impl Proxy {
             mut response,
             outcome,
             status,
-        } = self.serve(req, client, secure).await;
+        } = self.serve(req, client, secure, &live).await;
         let h = response.headers_mut();
         h.insert("x-cache", HeaderValue::from_static(outcome.as_str()));
         h.insert("cache-status", status.header());
         // RFC 9213: the fields targeted at this cache are its own, not the client's.
-        for name in &self.rules.targeted {
+        for name in &live.rules.targeted {
             h.remove(name);
         }
         h.append(header::VIA, HeaderValue::from_static("1.1 secondhit"));
@@ -337,15 +360,16 @@ impl Proxy {
         req: Request<Incoming>,
         client: IpAddr,
         secure: bool,
+        live: &Arc<Live>,
     ) -> Answer {
         let (mut parts, body) = req.into_parts();
         // 1. check
         let rules = if secure {
-            &self.check_rules_tls
+            &live.check_rules_tls
         } else {
-            &self.check_rules
+            &live.check_rules
         };
-        let target = match check::check(&parts, body.is_end_stream(), rules, &self.origins) {
+        let target = match check::check(&parts, body.is_end_stream(), rules, &live.origins) {
             Ok(t) => t,
             Err(refusal) => return self.refuse(refusal),
         };
@@ -353,10 +377,18 @@ impl Proxy {
         // made from these headers.
         crate::http_cache::strip_hop_by_hop(&mut parts.headers);
         // 2. plan
-        let plan = request_plan(&parts.method, &parts.headers, self.bypass_cookies);
+        let plan = request_plan(&parts.method, &parts.headers, live.bypass_cookies);
         if let RequestPlan::Bypass(reason) = plan {
             return self
-                .forward(parts, body, &target, client, Intent::Bypass(reason), None)
+                .forward(
+                    parts,
+                    body,
+                    &target,
+                    client,
+                    Intent::Bypass(reason),
+                    None,
+                    live,
+                )
                 .await;
         }
         // 3. lookup
@@ -371,33 +403,56 @@ impl Proxy {
                 if plan != RequestPlan::Refresh
                     && obj.may_serve_while_revalidating(self.clock.now())
                 {
-                    self.refresh_in_background(&parts.headers, &target, client, &lookup.key, &obj);
+                    self.refresh_in_background(
+                        &parts.headers,
+                        &target,
+                        client,
+                        &lookup.key,
+                        &obj,
+                        live,
+                    );
                     return self.stale(&obj, &parts, false);
                 }
                 return self
-                    .revalidate(parts, &target, client, &lookup.key, obj)
+                    .revalidate(parts, &target, client, &lookup.key, obj, live)
                     .await;
             }
             Found::Miss => {}
         }
         if let RequestPlan::LookupOnly(reason) = plan {
             return self
-                .forward(parts, body, &target, client, Intent::Bypass(reason), None)
+                .forward(
+                    parts,
+                    body,
+                    &target,
+                    client,
+                    Intent::Bypass(reason),
+                    None,
+                    live,
+                )
                 .await;
         }
         // 4. admit
         match self.admit(&target, &lookup.key) {
             Admit::Deferred => {
-                self.forward(parts, body, &target, client, Intent::Deferred, None)
+                self.forward(parts, body, &target, client, Intent::Deferred, None, live)
                     .await
             }
             Admit::Lead(leader) => {
-                self.forward(parts, body, &target, client, Intent::Admitted, Some(leader))
-                    .await
+                self.forward(
+                    parts,
+                    body,
+                    &target,
+                    client,
+                    Intent::Admitted,
+                    Some(leader),
+                    live,
+                )
+                .await
             }
             Admit::Follow(follower) => {
                 let fetched = follower
-                    .wait(self.timeouts.coalesce_wait, &parts.headers)
+                    .wait(live.timeouts.coalesce_wait, &parts.headers)
                     .await;
                 // As at lookup: an object not marked for credentials never answers a request
                 // that carries them.
@@ -407,7 +462,7 @@ impl Proxy {
                     return self.hit(&f.object, &parts, Some("collapsed"));
                 }
                 // The leader failed, was too slow, or fetched another variant: fetch ourselves.
-                self.forward(parts, body, &target, client, Intent::Admitted, None)
+                self.forward(parts, body, &target, client, Intent::Admitted, None, live)
                     .await
             }
         }
@@ -424,10 +479,10 @@ impl Proxy {
 
     /// Phase 3: the stored entry for `primary`, or for the variant `headers` select.
     fn lookup(&self, primary: &str, headers: &HeaderMap) -> Lookup {
-        let (entry, key) = match self.store.get(primary) {
+        let (entry, key) = match self.store.load().get(primary) {
             Some(Entry::Variants(fields)) => {
                 let key = variant_key(primary, &fields, headers);
-                (self.store.get(&key), key)
+                (self.store.load().get(&key), key)
             }
             entry => (entry, primary.to_string()),
         };
@@ -480,11 +535,12 @@ impl Proxy {
         client: IpAddr,
         intent: Intent,
         leader: Option<Leader>,
+        live: &Arc<Live>,
     ) -> Answer {
         let upload = if body.is_end_stream() {
             Upload::none()
         } else {
-            match Upload::read_ahead(body, self.limits.request_ahead, self.timeouts.client_body)
+            match Upload::read_ahead(body, live.limits.request_ahead, live.timeouts.client_body)
                 .await
             {
                 Ok(u) => u,
@@ -509,14 +565,14 @@ impl Proxy {
             target,
             client,
             upload.into_body(),
-            &self.forwarded,
+            &live.forwarded,
         ) {
             Ok(r) => r,
             Err(_) => return self.refuse(Refusal::BadTarget),
         };
 
         // 5. fetch
-        let response = match self.fetch(request, target, &upload_failed).await {
+        let response = match self.fetch(request, target, &upload_failed, live).await {
             Ok(r) => r,
             Err(e) => return self.fetch_failed(e),
         };
@@ -533,7 +589,7 @@ impl Proxy {
             upstream_head: head_request,
             client_head: head_request,
         };
-        self.respond(response, target, exchange)
+        self.respond(response, target, exchange, live)
     }
 
     /// Phases 6 and 7 for an origin response: classify it, then stream it to the client and,
@@ -543,6 +599,7 @@ impl Proxy {
         response: Response<Incoming>,
         target: &Target,
         x: Exchange,
+        live: &Arc<Live>,
     ) -> Answer {
         let (mut rparts, rbody) = response.into_parts();
         let expected = response_head(rparts.status, &mut rparts.headers, x.upstream_head);
@@ -557,8 +614,8 @@ impl Proxy {
             x.intent,
             head,
             x.authorized,
-            &self.rules,
-            self.limits.max_object,
+            &live.rules,
+            live.limits.max_object,
             SystemTime::now(),
         );
         // Without a store job the leader is dropped here, and its followers fetch for themselves.
@@ -572,7 +629,7 @@ impl Proxy {
         });
 
         // 7. pump
-        let body = self.pump(rbody, expected, job);
+        let body = self.pump(rbody, expected, job, live);
         let mut response = Response::from_parts(rparts, body);
         if x.client_head {
             *response.body_mut() = empty();
@@ -590,11 +647,12 @@ impl Proxy {
         request: Request<ProxyBody>,
         target: &Target,
         upload_failed: &std::sync::atomic::AtomicBool,
+        live: &Live,
     ) -> Result<Response<Incoming>, FetchError> {
         self.metrics.origin_request();
         let sent = tokio::time::timeout(
-            self.timeouts.first_byte,
-            self.origins.client().request(request),
+            live.timeouts.first_byte,
+            live.origins.client().request(request),
         )
         .await;
         let failure = match sent {
@@ -604,7 +662,7 @@ impl Proxy {
                 FetchError::Origin(origin_error(&e))
             }
             Err(_) => {
-                tracing::warn!(origin = %target.origin, timeout = ?self.timeouts.first_byte, "origin timed out");
+                tracing::warn!(origin = %target.origin, timeout = ?live.timeouts.first_byte, "origin timed out");
                 FetchError::Origin(OriginError::Timeout)
             }
         };

@@ -14,7 +14,7 @@
 
 use super::cached::{owned_headers, CachedObject, Entry};
 use super::coalesce::{Fetched, Leader};
-use super::Proxy;
+use super::{Live, Proxy};
 use crate::body::{channel, ProxyBody};
 use crate::http_cache::{variant_key, vary_fields, Freshness};
 use crate::origin::OriginError;
@@ -108,11 +108,13 @@ impl Proxy {
         mut body: Incoming,
         expected: Option<u64>,
         job: Option<StoreJob>,
+        live: &Arc<Live>,
     ) -> ProxyBody {
-        let (tx, client_body) = channel(CHANNEL_FRAMES, expected, Some(self.limits.stream_buffer));
+        let (tx, client_body) = channel(CHANNEL_FRAMES, expected, Some(live.limits.stream_buffer));
         let proxy = Arc::clone(self);
+        let live = Arc::clone(live);
         tokio::spawn(async move {
-            let max_object = proxy.limits.max_object;
+            let max_object = live.limits.max_object;
             // Sized from Content-Length when known, so a stored body holds no spare capacity.
             let initial = expected.unwrap_or(0).min(max_object) as usize;
             let mut stored = job.as_ref().map(|_| StoreBuffer::new(initial));
@@ -120,34 +122,34 @@ impl Proxy {
             let mut failed = false;
             let mut client_alive = true;
             loop {
-                let frame =
-                    match tokio::time::timeout(proxy.timeouts.first_byte, body.frame()).await {
-                        Ok(None) => break,
-                        Ok(Some(Ok(f))) => f,
-                        Ok(Some(Err(e))) => {
-                            failed = true;
-                            proxy.metrics.origin_error(OriginError::Body);
-                            tracing::warn!(error = %e, "origin body broke off");
-                            if client_alive {
-                                tx.fail(Box::new(e)).await;
-                            }
-                            break;
+                let frame = match tokio::time::timeout(live.timeouts.first_byte, body.frame()).await
+                {
+                    Ok(None) => break,
+                    Ok(Some(Ok(f))) => f,
+                    Ok(Some(Err(e))) => {
+                        failed = true;
+                        proxy.metrics.origin_error(OriginError::Body);
+                        tracing::warn!(error = %e, "origin body broke off");
+                        if client_alive {
+                            tx.fail(Box::new(e)).await;
                         }
-                        Err(_) => {
-                            failed = true;
-                            proxy.metrics.origin_error(OriginError::Body);
-                            tracing::warn!("origin body stalled");
-                            if client_alive {
-                                tx.fail("origin body stalled".into()).await;
-                            }
-                            break;
+                        break;
+                    }
+                    Err(_) => {
+                        failed = true;
+                        proxy.metrics.origin_error(OriginError::Body);
+                        tracing::warn!("origin body stalled");
+                        if client_alive {
+                            tx.fail("origin body stalled".into()).await;
                         }
-                    };
+                        break;
+                    }
+                };
                 if let Some(data) = frame.data_ref() {
                     received += data.len() as u64;
                     if let Some(s) = stored.as_mut() {
                         // Past either budget: serve it, do not store it.
-                        if let Err(overflow) = s.push(data, max_object, &proxy.store_budget) {
+                        if let Err(overflow) = s.push(data, max_object, &live.store_budget) {
                             if matches!(overflow, Overflow::OverBudget) {
                                 proxy.metrics.store_over_budget();
                             }
@@ -166,7 +168,7 @@ impl Proxy {
             if let Some(job) = job {
                 let complete = !failed && expected.is_none_or(|n| n == received);
                 match stored {
-                    Some(s) if complete => proxy.store_object(job, s.into_body()),
+                    Some(s) if complete => proxy.store_object(job, s.into_body(), &live),
                     _ => proxy.metrics.store_aborted(),
                 }
             }
@@ -174,7 +176,7 @@ impl Proxy {
         client_body.boxed()
     }
 
-    fn store_object(&self, job: StoreJob, body: Bytes) {
+    fn store_object(&self, job: StoreJob, body: Bytes, live: &Live) {
         let now = self.clock.now();
         let fields = vary_fields(&job.headers);
         let key = if fields.is_empty() {
@@ -182,6 +184,7 @@ impl Proxy {
         } else {
             let key = variant_key(&job.primary, &fields, &job.request_headers);
             self.store
+                .load()
                 .insert(job.primary.clone(), Entry::Variants(Arc::from(fields)));
             key
         };
@@ -197,9 +200,10 @@ impl Proxy {
             body,
             now,
             &job.freshness,
-            self.stale_keep,
+            live.stale_keep,
         ));
         self.store
+            .load()
             .insert(key.clone(), Entry::Object(Arc::clone(&object)));
         self.metrics.stored(len);
         if let Some(leader) = job.leader {

@@ -13,7 +13,7 @@ use super::classify::Intent;
 use super::coalesce::{Fetched, Leader, Role};
 use super::fetch::upstream_request;
 use super::outcome::{Fwd, Outcome, Refusal};
-use super::{hit, Answer, Exchange, Proxy, PurgeError};
+use super::{hit, Answer, Exchange, Live, Proxy, PurgeError};
 use crate::body::empty;
 use crate::http_cache::{cache_key, storability, strip_hop_by_hop, updated_headers, validates};
 use http::header::{self, HeaderMap};
@@ -100,12 +100,13 @@ impl Proxy {
         client: IpAddr,
         key: &str,
         stored: Arc<CachedObject>,
+        live: &Arc<Live>,
     ) -> Answer {
         let authorized = parts.headers.contains_key(header::AUTHORIZATION);
         let leader = match self.inflight.join(key) {
             Role::Leader(l) => Some(l),
             Role::Follower(f) => {
-                let fetched = f.wait(self.timeouts.coalesce_wait, &parts.headers).await;
+                let fetched = f.wait(live.timeouts.coalesce_wait, &parts.headers).await;
                 if let Some(f) = fetched.filter(|f| f.object.auth_ok || !authorized) {
                     self.metrics.coalesced();
                     return self.hit(&f.object, &parts, Some("collapsed"));
@@ -120,12 +121,15 @@ impl Proxy {
             target,
             client,
             empty(),
-            &self.forwarded,
+            &live.forwarded,
         ) {
             Ok(r) => r,
             Err(_) => return self.refuse(Refusal::BadTarget),
         };
-        let response = match self.fetch(request, target, &AtomicBool::new(false)).await {
+        let response = match self
+            .fetch(request, target, &AtomicBool::new(false), live)
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 if stored.may_serve_on_error(self.clock.now()) {
@@ -140,7 +144,7 @@ impl Proxy {
             let (mut rparts, _) = response.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
             if validates(&stored.headers, &rparts.headers) {
-                let refreshed = self.refresh(key, &stored, &rparts.headers);
+                let refreshed = self.refresh(key, &stored, &rparts.headers, live);
                 if let Some(leader) = leader {
                     leader.complete(Arc::new(Fetched {
                         object: Arc::clone(&refreshed),
@@ -160,7 +164,7 @@ impl Proxy {
                 };
             }
             // A 304 for something else than what is stored: nothing to refresh; fetch it whole.
-            self.store.cache().invalidate(key);
+            self.store.load().cache().invalidate(key);
             let request = conditional_headers(&parts.headers, &HeaderMap::new());
             let Ok(request) = upstream_request(
                 Method::GET,
@@ -168,12 +172,15 @@ impl Proxy {
                 target,
                 client,
                 empty(),
-                &self.forwarded,
+                &live.forwarded,
             ) else {
                 return self.refuse(Refusal::BadTarget);
             };
-            return match self.fetch(request, target, &AtomicBool::new(false)).await {
-                Ok(r) => self.replace(r, &parts, target, leader),
+            return match self
+                .fetch(request, target, &AtomicBool::new(false), live)
+                .await
+            {
+                Ok(r) => self.replace(r, &parts, target, leader, live),
                 Err(e) => self.fetch_failed(e),
             };
         }
@@ -182,7 +189,7 @@ impl Proxy {
         {
             return self.stale(&stored, &parts, true);
         }
-        self.replace(response, &parts, target, leader)
+        self.replace(response, &parts, target, leader, live)
     }
 
     /// A full response to a revalidation replaces the stored object (no admission: it was
@@ -193,6 +200,7 @@ impl Proxy {
         parts: &Parts,
         target: &Target,
         leader: Option<Leader>,
+        live: &Arc<Live>,
     ) -> Answer {
         let code = response.status().as_u16();
         let exchange = Exchange {
@@ -203,7 +211,7 @@ impl Proxy {
             upstream_head: false,
             client_head: parts.method == Method::HEAD,
         };
-        let mut answer = self.respond(response, target, exchange);
+        let mut answer = self.respond(response, target, exchange, live);
         answer.status.fwd = Some(Fwd::Stale);
         answer.status.fwd_status = Some(code);
         answer
@@ -217,6 +225,7 @@ impl Proxy {
         key: &str,
         stored: &CachedObject,
         not_modified: &HeaderMap,
+        live: &Live,
     ) -> Arc<CachedObject> {
         let mut headers = updated_headers(&stored.headers, not_modified);
         let now = self.clock.now();
@@ -224,7 +233,7 @@ impl Proxy {
             stored.status,
             &headers,
             false,
-            &self.rules,
+            &live.rules,
             SystemTime::now(),
         );
         headers.remove(header::AGE);
@@ -236,15 +245,16 @@ impl Proxy {
                     stored.body.clone(),
                     now,
                     &f,
-                    self.stale_keep,
+                    live.stale_keep,
                 ));
                 self.store
+                    .load()
                     .insert(key.to_string(), Entry::Object(Arc::clone(&object)));
                 self.metrics.refreshed();
                 object
             }
             Err(_) => {
-                self.store.cache().invalidate(key);
+                self.store.load().cache().invalidate(key);
                 let mut once = stored.expired_at(now);
                 once.headers = headers;
                 Arc::new(once)
@@ -261,11 +271,13 @@ impl Proxy {
         client: IpAddr,
         key: &str,
         stored: &Arc<CachedObject>,
+        live: &Arc<Live>,
     ) {
         let Role::Leader(leader) = self.inflight.join(key) else {
             return;
         };
         let proxy = Arc::clone(self);
+        let live = Arc::clone(live);
         let (request, target, key, stored) = (
             request.clone(),
             target.clone(),
@@ -280,12 +292,12 @@ impl Proxy {
                 &target,
                 client,
                 empty(),
-                &proxy.forwarded,
+                &live.forwarded,
             ) else {
                 return;
             };
             let Ok(response) = proxy
-                .fetch(upstream, &target, &AtomicBool::new(false))
+                .fetch(upstream, &target, &AtomicBool::new(false), &live)
                 .await
             else {
                 return; // counted by fetch; the stale object stays as it is
@@ -294,7 +306,7 @@ impl Proxy {
                 let (mut rparts, _) = response.into_parts();
                 strip_hop_by_hop(&mut rparts.headers);
                 if validates(&stored.headers, &rparts.headers) {
-                    let object = proxy.refresh(&key, &stored, &rparts.headers);
+                    let object = proxy.refresh(&key, &stored, &rparts.headers, &live);
                     leader.complete(Arc::new(Fetched {
                         object,
                         primary: target.key.clone(),
@@ -312,7 +324,7 @@ impl Proxy {
                 upstream_head: false,
                 client_head: true,
             };
-            drop(proxy.respond(response, &target, exchange));
+            drop(proxy.respond(response, &target, exchange, &live));
         });
     }
 
@@ -407,7 +419,8 @@ impl Proxy {
         soft: bool,
         matches: impl Fn(&str, &Entry) -> bool,
     ) -> u64 {
-        let cache = self.store.cache();
+        let store = self.store.load();
+        let cache = store.cache();
         let now = self.clock.now();
         let scan = match (exact.is_empty(), cache.get(exact)) {
             (false, Some(Entry::Object(o))) => {
@@ -438,7 +451,8 @@ impl Proxy {
     }
 
     fn purge_one(&self, key: &str, object: &CachedObject, soft: bool, now: Duration) {
-        let cache = self.store.cache();
+        let store = self.store.load();
+        let cache = store.cache();
         if soft {
             cache.insert(
                 key.to_string(),
