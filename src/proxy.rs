@@ -527,6 +527,9 @@ impl Proxy {
     }
 
     /// Phases 5 to 7: fetch, classify, pump.
+    // The request, where it goes, what it may do and the settings it runs on: each is needed,
+    // and bundling them would only rename them.
+    #[allow(clippy::too_many_arguments)]
     async fn forward(
         self: &Arc<Self>,
         parts: Parts,
