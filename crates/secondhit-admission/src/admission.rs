@@ -36,7 +36,7 @@ pub mod snapshot;
 
 use counter::Counter;
 pub use exact::Exact;
-pub use rotating::{Generation, Kind, Rotating, Shape, Window};
+pub use rotating::{Generation, Kind, MakeGeneration, Rotating, Shape, Window};
 pub use snapshot::RestoreError;
 
 use crate::bloom::{Bloom, Counting, Layout, ParamError, Params, MAX_COUNT};
@@ -94,6 +94,14 @@ pub trait Admission: Send + Sync + fmt::Debug {
     /// [`snapshot`].
     fn snapshot(&self, _now: Duration, _wall: Duration) -> Option<Vec<u8>> {
         None
+    }
+
+    /// Takes new filter settings without forgetting what the filter holds: a new window from the
+    /// next miss on, and a new sizing (items, false-positive rate, layout) for the generations
+    /// built from the next rotation on, the current ones answering until then. For policies
+    /// without a filter, nothing to do.
+    fn reconfigure(&self, _settings: &Settings) -> Result<(), PolicyError> {
+        Ok(())
     }
 
     /// Loads what [`Admission::snapshot`] wrote (same policy, sizing and hash seed, windows not

@@ -70,6 +70,10 @@ impl Generation for Exact {
         }
     }
 
+    fn sized_for(_settings: &super::Settings) -> Result<Self, crate::bloom::ParamError> {
+        Ok(Exact::new())
+    }
+
     fn load(&self, bytes: &[u8]) -> bool {
         if bytes.len() % 20 != 0 {
             return false;

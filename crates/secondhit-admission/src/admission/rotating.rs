@@ -56,6 +56,11 @@ pub trait Generation: Send + Sync + 'static {
     /// Replaces the contents from what [`Generation::save`] wrote for the same shape; `false`,
     /// changing nothing, if the bytes cannot be that.
     fn load(&self, bytes: &[u8]) -> bool;
+    /// An empty generation sized by `settings` (filters: their parameters; exact sets: as
+    /// always).
+    fn sized_for(settings: &super::Settings) -> Result<Self, crate::bloom::ParamError>
+    where
+        Self: Sized;
 }
 
 /// A generation's shape: the filter's parameters (layout, bits, hashes), all zero for exact
@@ -119,6 +124,9 @@ impl Generation for Bloom {
     fn load(&self, bytes: &[u8]) -> bool {
         Bloom::load(self, bytes)
     }
+    fn sized_for(settings: &super::Settings) -> Result<Self, crate::bloom::ParamError> {
+        Ok(Bloom::new(settings.filter_params()?))
+    }
 }
 
 impl Generation for Counting {
@@ -149,6 +157,9 @@ impl Generation for Counting {
     }
     fn load(&self, bytes: &[u8]) -> bool {
         Counting::load(self, bytes)
+    }
+    fn sized_for(settings: &super::Settings) -> Result<Self, crate::bloom::ParamError> {
+        Ok(Counting::new(settings.filter_params()?))
     }
 }
 
@@ -215,11 +226,33 @@ struct Pair<G> {
 pub struct Rotating<G> {
     pair: ArcSwap<Pair<G>>,
     threshold: u32,
-    window: Window,
+    /// The window's length in nanoseconds ([`UNSET`]: none); changed by [`Rotating::reconfigure`].
+    length: AtomicU64,
+    /// Distinct keys that trigger a rotation ([`UNSET`]: none).
+    max_items: AtomicU64,
+    /// A new sizing to build generations with from the next rotation on.
+    pending: Mutex<Option<Resize<G>>>,
     rotation: Mutex<()>,
     admitted: Counter,
     deferred: Counter,
     rotations: AtomicU64,
+}
+
+/// "Not set" for the window's atomics.
+const UNSET: u64 = u64::MAX;
+
+/// Builds a generation of a new size (`None` if it cannot: the old size is kept).
+pub type MakeGeneration<G> = Box<dyn Fn() -> Option<G> + Send + Sync>;
+
+/// Generations of a new size, built at the next two rotations (then both are of it).
+struct Resize<G> {
+    make: MakeGeneration<G>,
+    max_items: Option<u64>,
+    builds_left: u8,
+}
+
+fn load_opt(a: &AtomicU64) -> Option<u64> {
+    Some(a.load(Relaxed)).filter(|&v| v != UNSET)
 }
 
 impl<G> fmt::Debug for Rotating<G> {
@@ -227,7 +260,8 @@ impl<G> fmt::Debug for Rotating<G> {
         f.debug_struct("Rotating")
             .field("generation", &std::any::type_name::<G>())
             .field("threshold", &self.threshold)
-            .field("window", &self.window)
+            .field("length_nanos", &load_opt(&self.length))
+            .field("max_items", &load_opt(&self.max_items))
             .finish_non_exhaustive()
     }
 }
@@ -249,7 +283,9 @@ impl<G: Generation> Rotating<G> {
                 distinct: AtomicU64::new(0),
             }),
             threshold,
-            window,
+            length: AtomicU64::new(window.length.map_or(UNSET, nanos)),
+            max_items: AtomicU64::new(window.max_items.unwrap_or(UNSET)),
+            pending: Mutex::new(None),
             rotation: Mutex::new(()),
             admitted: Counter::default(),
             deferred: Counter::default(),
@@ -257,9 +293,39 @@ impl<G: Generation> Rotating<G> {
         }
     }
 
-    /// The rotation rules.
+    /// The rotation rules now.
     pub fn window(&self) -> Window {
-        self.window
+        Window {
+            length: load_opt(&self.length).map(Duration::from_nanos),
+            max_items: load_opt(&self.max_items),
+        }
+    }
+
+    /// Changes the rules without losing what the generations hold: the window's length from the
+    /// next miss on; and, when `resize` is given, generations built by it (with their own
+    /// `max_items`) from the next rotation on, the current ones answering until then. Safe while
+    /// the policy is in use.
+    pub fn reconfigure(
+        &self,
+        length: Option<Duration>,
+        max_items: Option<u64>,
+        resize: Option<MakeGeneration<G>>,
+    ) {
+        self.length.store(length.map_or(UNSET, nanos), Relaxed);
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        match resize {
+            Some(make) => {
+                *pending = Some(Resize {
+                    make,
+                    max_items,
+                    builds_left: 2,
+                })
+            }
+            None => {
+                *pending = None;
+                self.max_items.store(max_items.unwrap_or(UNSET), Relaxed);
+            }
+        }
     }
 
     fn rotation_due(&self, pair: &Pair<G>, now: u64) -> bool {
@@ -272,13 +338,8 @@ impl<G: Generation> Rotating<G> {
                 .compare_exchange(NOT_STARTED, now, Relaxed, Relaxed);
             return false;
         }
-        self.window
-            .length
-            .is_some_and(|w| now.saturating_sub(started) >= nanos(w))
-            || self
-                .window
-                .max_items
-                .is_some_and(|m| pair.distinct.load(Relaxed) >= m)
+        load_opt(&self.length).is_some_and(|w| now.saturating_sub(started) >= w)
+            || load_opt(&self.max_items).is_some_and(|m| pair.distinct.load(Relaxed) >= m)
     }
 
     /// The policy's state as bytes (see [`snapshot`](super::snapshot)): both generations and
@@ -336,7 +397,7 @@ impl<G: Generation> Rotating<G> {
         }
         let elapsed = nanos(wall).saturating_sub(p.saved_at);
         let age = (p.age != NO_WINDOW).then(|| p.age.saturating_add(elapsed));
-        if let (Some(age), Some(w)) = (age, self.window.length) {
+        if let (Some(age), Some(w)) = (age, self.window().length) {
             if age >= nanos(w).saturating_mul(2) {
                 return Err(RestoreError::TooOld {
                     age: Duration::from_nanos(age),
@@ -344,11 +405,13 @@ impl<G: Generation> Rotating<G> {
                 });
             }
         }
-        // Same shape and a good checksum: the lengths match, so both loads succeed.
-        if !(pair.current.load(p.current) && pair.previous.load(p.previous)) {
-            pair.current.clear();
-            pair.previous.clear();
+        // Same shape and a good checksum: the lengths match. (A snapshot taken right after a
+        // resize holds a previous generation of the old size: it is left out, the current kept.)
+        if !pair.current.load(p.current) {
             return Err(RestoreError::NotASnapshot);
+        }
+        if !pair.previous.load(p.previous) {
+            pair.previous.clear();
         }
         pair.started.store(
             age.map_or(NOT_STARTED, |a| nanos(now).saturating_sub(a)),
@@ -377,18 +440,41 @@ impl<G: Generation> Rotating<G> {
         // t + 2 * window. A count-triggered rotation starts a new grid at `now`.
         let started = old.started.load(Relaxed);
         let elapsed = now.saturating_sub(started);
-        let (new_start, both_stale) = match self.window.length.map(nanos) {
+        let (new_start, both_stale) = match load_opt(&self.length) {
             Some(w) if w > 0 && elapsed >= w => (started + elapsed / w * w, elapsed / w >= 2),
             _ => (now, false),
         };
-        // The generation falling off is recycled as the new `current`: memory stays fixed.
-        old.previous.clear();
+        // The generation falling off is recycled as the new `current` (memory stays fixed),
+        // unless a new sizing is waiting: then the new `current` is built to it.
+        let resized = {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let built = pending
+                .as_ref()
+                .and_then(|r| Some(((r.make)()?, r.max_items)));
+            if let Some(r) = pending.as_mut() {
+                r.builds_left = r.builds_left.saturating_sub(1);
+                if r.builds_left == 0 || built.is_none() {
+                    *pending = None;
+                }
+            }
+            built
+        };
+        let current = match resized {
+            Some((g, max_items)) => {
+                self.max_items.store(max_items.unwrap_or(UNSET), Relaxed);
+                Arc::new(g)
+            }
+            None => {
+                old.previous.clear();
+                Arc::clone(&old.previous)
+            }
+        };
         if both_stale {
             // Nothing was recorded for a whole window: what `current` holds is over two windows old.
             old.current.clear();
         }
         self.pair.store(Arc::new(Pair {
-            current: Arc::clone(&old.previous),
+            current,
             previous: Arc::clone(&old.current),
             started: AtomicU64::new(new_start),
             distinct: AtomicU64::new(0),
@@ -430,6 +516,23 @@ impl<G: Generation> Admission for Rotating<G> {
 
     fn restore(&self, bytes: &[u8], now: Duration, wall: Duration) -> Result<(), RestoreError> {
         Rotating::restore(self, bytes, now, wall)
+    }
+
+    fn reconfigure(&self, settings: &super::Settings) -> Result<(), super::PolicyError> {
+        let max_items = (G::KIND != Kind::Exact).then_some(settings.expected_items);
+        // A new size only when the sizing changed: the same one would just allocate again.
+        let resize = match G::KIND {
+            Kind::Exact => None,
+            _ => {
+                let shape = Shape::of(settings.filter_params()?);
+                (shape != self.pair.load().current.shape()).then(|| {
+                    let s = settings.clone();
+                    Box::new(move || G::sized_for(&s).ok()) as MakeGeneration<G>
+                })
+            }
+        };
+        Rotating::reconfigure(self, settings.window, max_items, resize);
+        Ok(())
     }
 
     fn stats(&self) -> Stats {
@@ -683,5 +786,43 @@ mod tests {
         use Decision::*;
         assert_eq!(d, [Defer, Defer, Defer, Admit, Admit]);
         assert_eq!(p.name(), "nth-hit-exact:4");
+    }
+
+    #[test]
+    fn reconfiguring_keeps_what_was_seen_and_resizes_at_the_next_rotation() {
+        use crate::admission::{Policy, Settings};
+        let settings = Settings {
+            window: Some(s(60)),
+            expected_items: 1_000,
+            ..Settings::default()
+        };
+        let p = settings.build(Policy::SecondHit).unwrap();
+        let k = KeyHash::of(b"k");
+        assert_eq!(p.on_miss(k, s(0)), Decision::Defer);
+        let memory = |p: &dyn Admission| p.stats().filter.unwrap().memory_bytes;
+        let before = memory(&*p);
+        let bigger = Settings {
+            window: Some(s(10)),
+            expected_items: 8_000,
+            ..settings.clone()
+        };
+        p.reconfigure(&bigger).unwrap();
+        // Nothing changes size until the next rotation; what was seen is still seen.
+        assert_eq!(memory(&*p), before);
+        assert_eq!(p.on_miss(k, s(5)), Decision::Admit);
+        // The new 10 s window rotates at 10 s: the new current is built to the new size.
+        assert_eq!(p.on_miss(KeyHash::of(b"other"), s(11)), Decision::Defer);
+        assert_eq!(p.stats().rotations, 1);
+        let mixed = memory(&*p);
+        assert!(mixed > before, "{mixed} vs {before}");
+        assert_eq!(p.on_miss(k, s(12)), Decision::Admit, "still in previous");
+        // One more rotation: both generations of the new size.
+        p.on_miss(KeyHash::of(b"third"), s(21));
+        assert!(memory(&*p) > mixed);
+        // The same sizing again allocates nothing new.
+        let now = memory(&*p);
+        p.reconfigure(&bigger).unwrap();
+        p.on_miss(KeyHash::of(b"fourth"), s(31));
+        assert_eq!(memory(&*p), now);
     }
 }
