@@ -526,7 +526,7 @@ impl<G: Generation> Admission for Rotating<G> {
             _ => {
                 let shape = Shape::of(settings.filter_params()?);
                 (shape != self.pair.load().current.shape()).then(|| {
-                    let s = settings.clone();
+                    let s = *settings;
                     Box::new(move || G::sized_for(&s).ok()) as MakeGeneration<G>
                 })
             }
@@ -804,7 +804,7 @@ mod tests {
         let bigger = Settings {
             window: Some(s(10)),
             expected_items: 8_000,
-            ..settings.clone()
+            ..settings
         };
         p.reconfigure(&bigger).unwrap();
         // Nothing changes size until the next rotation; what was seen is still seen.
