@@ -417,8 +417,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
-    config.apply(args.overrides);
+    config.apply(args.overrides.clone());
     let config = config.validate()?;
+    // What SIGHUP and POST /reload read: the same file with the same flags over it.
+    let source: Option<secondhit::server::ConfigSource> = args.config.clone().map(|path| {
+        let overrides = args.overrides.clone();
+        std::sync::Arc::new(move || {
+            let mut c = Config::from_file(&path)?;
+            c.apply(overrides.clone());
+            c.validate()
+        }) as secondhit::server::ConfigSource
+    });
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(config.log.level.as_str()));
     tracing_subscriber::fmt()
@@ -428,11 +437,28 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .init();
     runtime()?.block_on(async move {
         let clock = std::sync::Arc::new(secondhit::clock::SystemClock::new());
-        let running = secondhit::server::start(config, clock).await?;
+        let running = secondhit::server::start_with_source(config, clock, source).await?;
         eprintln!(
-            "secondhit: serving on http://{} (admin http://{}/metrics); Ctrl-C to stop",
-            running.addr, running.admin_addr
+            "secondhit: serving on {}://{} (admin http://{}/metrics); Ctrl-C to stop",
+            if running.tls { "https" } else { "http" },
+            running.addr,
+            running.admin_addr
         );
+        #[cfg(unix)]
+        {
+            let reloader = std::sync::Arc::clone(&running.reloader);
+            if let Ok(mut hup) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        let r = std::sync::Arc::clone(&reloader);
+                        // Reads files: off the async threads. It logs its own outcome.
+                        let _ = tokio::task::spawn_blocking(move || r.reload()).await;
+                    }
+                });
+            }
+        }
         shutdown_signal().await;
         tracing::info!("shutting down: finishing in-flight requests");
         running.shutdown().await;

@@ -25,6 +25,7 @@ pub struct Metrics {
     refreshes: AtomicU64,
     stale_served: [AtomicU64; 2],
     invalidations: AtomicU64,
+    reloads: [AtomicU64; 2],
     stores: AtomicU64,
     stored_bytes: AtomicU64,
     store_aborts: AtomicU64,
@@ -58,6 +59,7 @@ impl Default for Metrics {
             refreshes: AtomicU64::new(0),
             stale_served: Default::default(),
             invalidations: AtomicU64::new(0),
+            reloads: Default::default(),
             coalesced: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
@@ -126,6 +128,11 @@ impl Metrics {
     /// Counts stored objects removed by an unsafe request's response (RFC 9111 §4.4).
     pub fn invalidated(&self, n: u64) {
         self.invalidations.fetch_add(n, Relaxed);
+    }
+
+    /// Counts a configuration reload that took effect (`ok`) or was refused.
+    pub fn reloaded(&self, ok: bool) {
+        self.reloads[usize::from(ok)].fetch_add(1, Relaxed);
     }
 
     /// Refreshes so far.
@@ -262,6 +269,14 @@ impl Metrics {
             "cache_invalidations_total",
             "Stored objects removed after an unsafe request (RFC 9111 4.4).",
             &one(&self.invalidations),
+        );
+        counter(
+            "config_reloads_total",
+            "Configuration reloads (SIGHUP, POST /reload), by result.",
+            &[
+                ("{result=\"ok\"}".into(), self.reloads[1].load(Relaxed)),
+                ("{result=\"error\"}".into(), self.reloads[0].load(Relaxed)),
+            ],
         );
         counter(
             "coalesced_total",

@@ -167,6 +167,9 @@ pub enum PurgeError {
 pub struct Proxy {
     live: ArcSwap<Live>,
     store: ArcSwap<Maintained<String, Entry>>,
+    /// What the store was built with (capacity, eviction, lab mode): a reload that changes it
+    /// moves the contents into a new store.
+    store_shape: std::sync::Mutex<(u64, crate::store::Eviction, bool)>,
     admission: Box<dyn Admission>,
     clock: Arc<dyn Clock>,
     inflight: Arc<Inflight>,
@@ -230,6 +233,14 @@ impl Live {
     }
 }
 
+fn store_shape(config: &ValidConfig) -> (u64, crate::store::Eviction, bool) {
+    (
+        config.cache.capacity,
+        config.cache.eviction,
+        config.cache.lab_mode,
+    )
+}
+
 /// The moka store for a configuration: byte capacity, eviction, weights, expiry.
 fn build_store(config: &ValidConfig) -> Maintained<String, Entry> {
     let lab = config.cache.lab_mode;
@@ -258,11 +269,46 @@ impl Proxy {
         Ok(Proxy {
             live: ArcSwap::from_pointee(Live::new(config)?),
             store: ArcSwap::from_pointee(build_store(config)),
+            store_shape: std::sync::Mutex::new(store_shape(config)),
             admission,
             clock,
             inflight: Arc::default(),
             metrics: Metrics::default(),
         })
+    }
+
+    /// Swaps in a new configuration, keeping the cache and the admission filter: routes and
+    /// origins, rules, limits and timeouts for every request from now on (requests in flight
+    /// finish on the settings they started with); the admission window now and its new sizing
+    /// from the next rotation; a new capacity or eviction by moving every stored object into a
+    /// new store. A different admission policy needs a restart: the current one stays, and the
+    /// returned notes say so. On error nothing has changed.
+    pub fn reload(&self, config: &ValidConfig) -> Result<Vec<String>, BuildError> {
+        let live = Live::new(config)?;
+        let mut notes = Vec::new();
+        let wanted = config.admission.policy.to_string();
+        if wanted == self.admission.name() {
+            self.admission.reconfigure(&config.admission.settings())?;
+        } else {
+            notes.push(format!(
+                "admission.policy {wanted}: another policy needs a restart; {} stays",
+                self.admission.name()
+            ));
+        }
+        let shape = store_shape(config);
+        let mut current = self.store_shape.lock().unwrap_or_else(|p| p.into_inner());
+        if *current != shape {
+            let fresh = build_store(config);
+            let old = self.store.load_full();
+            for (k, v) in old.cache().iter() {
+                fresh.cache().insert(String::clone(&k), v);
+            }
+            fresh.cache().run_pending_tasks();
+            self.store.store(Arc::new(fresh));
+            *current = shape;
+        }
+        self.live.store(Arc::new(live));
+        Ok(notes)
     }
 
     /// The metrics.

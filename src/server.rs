@@ -3,10 +3,11 @@
 
 use crate::body::{text, ProxyBody};
 use crate::clock::Clock;
-use crate::config::ValidConfig;
+use crate::config::{ConfigError, ValidConfig};
 use crate::listener;
 use crate::proxy::{Proxy, PurgeTarget};
 use crate::state;
+use crate::tls::SniCertificates;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -53,8 +54,12 @@ pub struct Running {
     pub admin_addr: SocketAddr,
     /// The cleartext listener beside a TLS `listen` (`tls.plain_listen`), if any.
     pub plain_addr: Option<SocketAddr>,
+    /// Whether `addr` speaks TLS.
+    pub tls: bool,
     /// The proxy, for tests and embedding.
     pub proxy: Arc<Proxy>,
+    /// Reloads the configuration (what SIGHUP and `POST /reload` call).
+    pub reloader: Arc<Reloader>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     state_dir: Option<std::path::PathBuf>,
@@ -75,16 +80,141 @@ impl Running {
     }
 }
 
-/// Binds both listeners and starts serving.
+/// Where a reload gets its configuration: the file and flags `serve` started with, read and
+/// validated again.
+pub type ConfigSource = Arc<dyn Fn() -> Result<ValidConfig, ConfigError> + Send + Sync>;
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// `serve` was started without a configuration file.
+    #[error("nothing to reload: serve was started without --config")]
+    NoSource,
+    /// The file could not be read, parsed or validated.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The new settings could not be built (an origin CA file).
+    #[error(transparent)]
+    Build(#[from] crate::proxy::BuildError),
+    /// A certificate or key file.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+}
+
+/// Reloads: reads the configuration again, validates it, swaps it in; one at a time.
+pub struct Reloader {
+    source: Option<ConfigSource>,
+    proxy: Arc<Proxy>,
+    certs: Option<Arc<SniCertificates>>,
+    current: std::sync::Mutex<ValidConfig>,
+}
+
+impl Reloader {
+    /// Reads, validates and swaps in the configuration: everything `Proxy::reload` takes, and
+    /// the clients' certificates (re-read, so renewals need no restart). An invalid file changes
+    /// nothing. Returns notes on what needs a restart to take effect.
+    pub fn reload(&self) -> Result<Vec<String>, ReloadError> {
+        let result = self.try_reload();
+        self.proxy.metrics().reloaded(result.is_ok());
+        match &result {
+            Ok(notes) => tracing::info!(notes = ?notes, "configuration reloaded"),
+            Err(e) => {
+                tracing::warn!(error = %e, "configuration not reloaded; the current one stays")
+            }
+        }
+        result
+    }
+
+    fn try_reload(&self) -> Result<Vec<String>, ReloadError> {
+        let source = self.source.as_ref().ok_or(ReloadError::NoSource)?;
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let config = source()?;
+        // Every file is checked before anything is swapped.
+        let pairs = config.tls.pairs();
+        if let Some((default, sni)) = &pairs {
+            SniCertificates::load(default, sni)?;
+        }
+        let mut notes = self.proxy.reload(&config)?;
+        match (&self.certs, &pairs) {
+            (Some(certs), Some((default, sni))) => certs.reload(default, sni)?,
+            (None, Some(_)) | (Some(_), None) => {
+                notes.push("tls on or off: takes effect at the next restart".into())
+            }
+            (None, None) => {}
+        }
+        notes.extend(restart_notes(&current, &config));
+        *current = config;
+        Ok(notes)
+    }
+}
+
+/// The settings a reload cannot change in place (listeners and what is fixed per connection).
+fn restart_notes(old: &ValidConfig, new: &ValidConfig) -> Vec<String> {
+    let mut notes = Vec::new();
+    let mut check = |changed: bool, what: &str| {
+        if changed {
+            notes.push(format!("{what} changed: takes effect at the next restart"));
+        }
+    };
+    check(old.listen != new.listen, "listen");
+    check(old.admin_listen != new.admin_listen, "admin_listen");
+    check(
+        old.tls.plain_listen != new.tls.plain_listen,
+        "tls.plain_listen",
+    );
+    check(
+        old.limits.max_connections != new.limits.max_connections,
+        "limits.max_connections",
+    );
+    check(
+        old.limits.max_header_bytes != new.limits.max_header_bytes,
+        "limits.max_header_bytes",
+    );
+    check(
+        old.limits.max_headers != new.limits.max_headers,
+        "limits.max_headers",
+    );
+    check(
+        old.timeouts.client_header != new.timeouts.client_header,
+        "timeouts.client_header",
+    );
+    check(
+        old.timeouts.shutdown_grace != new.timeouts.shutdown_grace,
+        "timeouts.shutdown_grace",
+    );
+    check(old.state_dir != new.state_dir, "state_dir");
+    check(old.admin_token() != new.admin_token(), "admin_token");
+    check(old.log.level != new.log.level, "log.level");
+    notes
+}
+
+/// Binds both listeners and starts serving (without a configuration file to reload).
 pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running, ServeError> {
+    start_with_source(config, clock, None).await
+}
+
+/// Binds both listeners and starts serving; `source` is what SIGHUP and `POST /reload` read.
+pub async fn start_with_source(
+    config: ValidConfig,
+    clock: Arc<dyn Clock>,
+    source: Option<ConfigSource>,
+) -> Result<Running, ServeError> {
     // Certificates first: a bad file is a one-line error before anything listens.
-    let tls = match config.tls.pairs() {
-        Some((default, sni)) => Some(TlsAcceptor::from(crate::tls::server_config(
-            &default, &sni,
-        )?)),
+    let certs = match config.tls.pairs() {
+        Some((default, sni)) => Some(Arc::new(SniCertificates::load(&default, &sni)?)),
+        None => None,
+    };
+    let tls = match &certs {
+        Some(c) => Some(TlsAcceptor::from(crate::tls::server_config(Arc::clone(c))?)),
         None => None,
     };
     let proxy = Arc::new(Proxy::new(&config, clock)?);
+    let reloader = Arc::new(Reloader {
+        source,
+        proxy: Arc::clone(&proxy),
+        certs,
+        current: std::sync::Mutex::new(config.clone()),
+    });
     if let Some(dir) = &config.state_dir {
         std::fs::create_dir_all(dir).map_err(|source| ServeError::StateDir {
             path: dir.clone(),
@@ -157,6 +287,7 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
         ..limits
     };
     let token: Option<Arc<str>> = config.admin_token().map(Arc::from);
+    let r = Arc::clone(&reloader);
     tasks.push(tokio::spawn(listener::serve(
         admin,
         auto::Builder::new(TokioExecutor::new()),
@@ -166,6 +297,7 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
         move |req, _| {
             let p = Arc::clone(&p);
             let token = token.clone();
+            let r = Arc::clone(&r);
             async move {
                 if req.uri().path() != "/healthz" && !authorized(&req, token.as_deref()) {
                     let mut r = text(
@@ -178,7 +310,7 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
                     );
                     return r;
                 }
-                admin_response(&p, &req)
+                admin_response(&p, &r, &req)
             }
         },
     )));
@@ -195,7 +327,9 @@ pub async fn start(config: ValidConfig, clock: Arc<dyn Clock>) -> Result<Running
         addr,
         admin_addr,
         plain_addr,
+        tls: secure,
         proxy,
+        reloader,
         stop,
         tasks,
         state_dir: config.state_dir.clone(),
@@ -260,7 +394,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-fn admin_response(proxy: &Proxy, req: &Request<Incoming>) -> Response<ProxyBody> {
+fn admin_response(
+    proxy: &Proxy,
+    reloader: &Reloader,
+    req: &Request<Incoming>,
+) -> Response<ProxyBody> {
     let path = req.uri().path();
     let query = req.uri().query().unwrap_or("");
     let purge_method = req.method() == Method::POST || req.method().as_str() == "PURGE";
@@ -308,11 +446,22 @@ fn admin_response(proxy: &Proxy, req: &Request<Incoming>) -> Response<ProxyBody>
             proxy.purge_all();
             text(StatusCode::OK, "{\"purged\":\"all\"}\n")
         }
+        ("/reload", &Method::POST) => match reloader.reload() {
+            Ok(notes) => text(
+                StatusCode::OK,
+                format!(
+                    "{}\n",
+                    serde_json::json!({ "reloaded": true, "notes": notes })
+                ),
+            ),
+            Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+        },
+        ("/reload", _) => text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n"),
         ("/metrics" | "/healthz", _) => text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n"),
         ("/purge" | "/purge-all", _) => text(StatusCode::METHOD_NOT_ALLOWED, "use POST or PURGE\n"),
         _ => text(
             StatusCode::NOT_FOUND,
-            "admin: /metrics, /healthz, POST /purge?url=URL|prefix=URL|tag=T[&soft=1], POST /purge-all\n",
+            "admin: /metrics, /healthz, POST /purge?url=URL|prefix=URL|tag=T[&soft=1], POST /purge-all, POST /reload\n",
         ),
     }
 }

@@ -112,21 +112,17 @@ pub fn load_certified(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError>
 }
 
 /// Picks the certificate by the SNI name the client asked for; the default for any other
-/// name, or none.
+/// name, or none. The set can be replaced while serving ([`SniCertificates::reload`]):
+/// handshakes after the swap get the new certificates.
 #[derive(Debug)]
 pub struct SniCertificates {
-    default: Arc<CertifiedKey>,
-    by_name: HashMap<String, Arc<CertifiedKey>>,
+    set: arc_swap::ArcSwap<CertSet>,
 }
 
-impl ResolvesServerCert for SniCertificates {
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let chosen = hello
-            .server_name()
-            .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
-            .and_then(|n| self.by_name.get(&n));
-        Some(Arc::clone(chosen.unwrap_or(&self.default)))
-    }
+#[derive(Debug)]
+struct CertSet {
+    default: Arc<CertifiedKey>,
+    by_name: HashMap<String, Arc<CertifiedKey>>,
 }
 
 /// One certificate pair, for a host name or the default.
@@ -140,11 +136,7 @@ pub struct CertPair {
     pub key: PathBuf,
 }
 
-/// The server side: every pair loaded and checked, chosen by SNI, ALPN `h2` then `http/1.1`.
-pub fn server_config(
-    default: &CertPair,
-    sni: &[CertPair],
-) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+fn load_set(default: &CertPair, sni: &[CertPair]) -> Result<CertSet, TlsError> {
     let mut by_name = HashMap::new();
     for pair in sni {
         let name = pair
@@ -155,15 +147,46 @@ pub fn server_config(
             .to_ascii_lowercase();
         by_name.insert(name, Arc::new(load_certified(&pair.cert, &pair.key)?));
     }
-    let resolver = SniCertificates {
+    Ok(CertSet {
         default: Arc::new(load_certified(&default.cert, &default.key)?),
         by_name,
-    };
+    })
+}
+
+impl SniCertificates {
+    /// Loads and checks every pair.
+    pub fn load(default: &CertPair, sni: &[CertPair]) -> Result<SniCertificates, TlsError> {
+        Ok(SniCertificates {
+            set: arc_swap::ArcSwap::from_pointee(load_set(default, sni)?),
+        })
+    }
+
+    /// Loads and checks every pair again and swaps them in (renewed certificates need no
+    /// restart); on any error the current ones stay.
+    pub fn reload(&self, default: &CertPair, sni: &[CertPair]) -> Result<(), TlsError> {
+        self.set.store(Arc::new(load_set(default, sni)?));
+        Ok(())
+    }
+}
+
+impl ResolvesServerCert for SniCertificates {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let set = self.set.load();
+        let chosen = hello
+            .server_name()
+            .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
+            .and_then(|n| set.by_name.get(&n).cloned());
+        Some(chosen.unwrap_or_else(|| Arc::clone(&set.default)))
+    }
+}
+
+/// The server side over `certs`: ALPN `h2` then `http/1.1`.
+pub fn server_config(certs: Arc<SniCertificates>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(certs);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

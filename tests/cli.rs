@@ -281,3 +281,68 @@ fn simulate_saves_a_warmed_filter_that_serve_loads() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn sighup_reloads_the_configuration_file() {
+    use std::io::BufRead;
+    let file = std::env::temp_dir().join(format!("secondhit-sighup-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\norigin = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(support::bin())
+        .args(["serve", "--config"])
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let admin = loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("serve printed its addresses");
+        if let Some(rest) = line.split("(admin http://").nth(1) {
+            break rest.split('/').next().unwrap().to_string();
+        }
+    };
+    let metrics = |admin: &str| {
+        let mut s = std::net::TcpStream::connect(admin).unwrap();
+        use std::io::{Read, Write};
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(metrics(&admin).contains("secondhit_config_reloads_total{result=\"ok\"} 0"));
+    let kill = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .unwrap()
+    };
+    assert!(kill("-HUP").success());
+    let mut reloaded = false;
+    for _ in 0..100 {
+        if metrics(&admin).contains("secondhit_config_reloads_total{result=\"ok\"} 1") {
+            reloaded = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(reloaded, "SIGHUP reloaded the file");
+    assert!(kill("-TERM").success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    std::fs::remove_file(file).unwrap();
+}

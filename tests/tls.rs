@@ -192,8 +192,8 @@ async fn tls_origin(cert: &Path, key: &Path) -> (SocketAddr, tokio::task::JoinHa
         cert: cert.to_path_buf(),
         key: key.to_path_buf(),
     };
-    let acceptor =
-        tokio_rustls::TlsAcceptor::from(secondhit::tls::server_config(&pair, &[]).unwrap());
+    let certs = Arc::new(secondhit::tls::SniCertificates::load(&pair, &[]).unwrap());
+    let acceptor = tokio_rustls::TlsAcceptor::from(secondhit::tls::server_config(certs).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
