@@ -6,6 +6,9 @@
 # usage: scripts/bench-proxy.sh   (installs nginx and wrk from Debian if missing)
 #        BASELINE=path/to/older/secondhit scripts/bench-proxy.sh
 #          also runs an older build in the same run (to show what a change costs)
+#        ACCESS_LOG=1 BASELINE=target/release/secondhit scripts/bench-proxy.sh
+#          nginx and secondhit write access logs to files (the baseline does not): what
+#          logging every request costs, in the same run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
@@ -19,13 +22,19 @@ chmod 755 "$dir"  # nginx workers run as an unprivileged user
 head -c 4096 /dev/urandom > "$dir/www/obj-4k"
 head -c 65536 /dev/urandom > "$dir/www/obj-64k"
 chmod -R a+rX "$dir/www"; chmod 777 "$dir/cache"
+NGINX_LOG=off
+SECONDHIT_LOG=()
+if [ -n "${ACCESS_LOG:-}" ]; then
+  NGINX_LOG="$dir/logs/nginx-access.log"
+  SECONDHIT_LOG=(--access-log-format combined --access-log-file "$dir/logs/secondhit-access.log")
+fi
 cat > "$dir/nginx.conf" <<NGINX
 worker_processes 2;
 pid $dir/nginx.pid;
 error_log $dir/logs/error.log warn;
 events { worker_connections 4096; }
 http {
-  access_log off;
+  access_log ${NGINX_LOG};
   sendfile on;
   keepalive_requests 1000000;
   proxy_cache_path $dir/cache levels=1:2 keys_zone=c:16m max_size=256m inactive=1h use_temp_path=off;
@@ -50,7 +59,7 @@ http {
 NGINX
 nginx -p "$dir" -c "$dir/nginx.conf"
 target/release/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
-  --admin-listen 127.0.0.1:18093 --log-level warn 2>"$dir/logs/secondhit.log" &
+  --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"
 if [ -n "${BASELINE:-}" ]; then
@@ -78,3 +87,8 @@ for obj in obj-4k obj-64k; do
     printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$obj" "$name" "$rps" "$(lat 50%)" "$(lat 90%)" "$(lat 99%)" "$max" "$xc"
   done
 done
+if [ -n "${ACCESS_LOG:-}" ]; then
+  echo
+  echo "access log lines: nginx $(wc -l < "$dir/logs/nginx-access.log"), secondhit $(wc -l < "$dir/logs/secondhit-access.log")"
+  curl -s http://127.0.0.1:18093/metrics | grep '^secondhit_access_log_dropped_total' || true
+fi

@@ -15,7 +15,7 @@ use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -590,8 +590,24 @@ impl fmt::Display for LogLevel {
 pub struct LogConfig {
     /// `error`, `warn`, `info`, `debug` or `trace` (the `RUST_LOG` variable overrides it).
     pub level: LogLevel,
-    /// One line per request at info level, target `secondhit::access`.
+    /// One line per request (see [`crate::access_log`]).
     pub access_log: bool,
+    /// `combined` (Apache/nginx combined, with the cache outcome and times appended) or
+    /// `json` (one object a line).
+    pub access_log_format: crate::access_log::Format,
+    /// The file the access log is appended to (reopened on SIGUSR1 and reload, for rotation);
+    /// unset: stderr.
+    pub access_log_file: Option<PathBuf>,
+}
+
+impl LogConfig {
+    /// Where access log lines go, if they are logged.
+    pub fn access_log_target(&self) -> Option<crate::access_log::Target> {
+        self.access_log.then(|| crate::access_log::Target {
+            format: self.access_log_format,
+            file: self.access_log_file.clone(),
+        })
+    }
 }
 
 impl Default for LogConfig {
@@ -599,6 +615,8 @@ impl Default for LogConfig {
         LogConfig {
             level: LogLevel::Info,
             access_log: false,
+            access_log_format: crate::access_log::Format::Combined,
+            access_log_file: None,
         }
     }
 }
@@ -704,9 +722,15 @@ pub struct Overrides {
     /// Log level: error, warn, info, debug, trace (RUST_LOG overrides).
     #[arg(long)]
     pub log_level: Option<LogLevel>,
-    /// Log one line per request.
+    /// Log one line per request (to stderr unless --access-log-file).
     #[arg(long)]
     pub access_log: bool,
+    /// Access log format: combined or json (implies --access-log).
+    #[arg(long, value_name = "FORMAT")]
+    pub access_log_format: Option<crate::access_log::Format>,
+    /// Append the access log to FILE, reopened on SIGUSR1 (implies --access-log).
+    #[arg(long, value_name = "FILE")]
+    pub access_log_file: Option<PathBuf>,
     /// PEM certificate chain: TLS on --listen (ALPN h2, http/1.1); needs --tls-key.
     #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<std::path::PathBuf>,
@@ -815,6 +839,14 @@ impl Config {
         }
         if o.access_log {
             self.log.access_log = true;
+        }
+        if let Some(v) = o.access_log_format {
+            self.log.access_log = true;
+            self.log.access_log_format = v;
+        }
+        if let Some(v) = o.access_log_file {
+            self.log.access_log = true;
+            self.log.access_log_file = Some(v);
         }
         if let Some(v) = o.tls_cert {
             self.tls.cert = Some(v);

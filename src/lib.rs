@@ -66,6 +66,8 @@
 //!   graceful shutdown) every server here uses.
 //! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a
 //!   byte budget (backpressure).
+//! - [`access_log`]: one line per request (combined or JSON) to stderr or a file, written off
+//!   the request path, reopened for rotation.
 //! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
 //! - [`tls`]: rustls both ways: certificates chosen by SNI with ALPN h2 for clients, verified
 //!   `https://` origins.
@@ -77,6 +79,7 @@
 #![warn(missing_docs)]
 
 pub use secondhit_admission::{admission, bloom, clock, hash};
+pub mod access_log;
 pub mod body;
 pub mod config;
 pub mod demo;

@@ -458,6 +458,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     }
                 });
             }
+            // Log rotation: the access log file is reopened under its configured name.
+            let proxy = std::sync::Arc::clone(&running.proxy);
+            if let Ok(mut usr1) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+            {
+                tokio::spawn(async move {
+                    while usr1.recv().await.is_some() {
+                        proxy.reopen_access_log();
+                        tracing::info!("SIGUSR1: reopening the access log");
+                    }
+                });
+            }
         }
         shutdown_signal().await;
         tracing::info!("shutting down: finishing in-flight requests");

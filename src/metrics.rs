@@ -26,6 +26,7 @@ pub struct Metrics {
     stale_served: [AtomicU64; 2],
     invalidations: AtomicU64,
     reloads: [AtomicU64; 2],
+    access_log_dropped: AtomicU64,
     stores: AtomicU64,
     stored_bytes: AtomicU64,
     store_aborts: AtomicU64,
@@ -60,6 +61,7 @@ impl Default for Metrics {
             stale_served: Default::default(),
             invalidations: AtomicU64::new(0),
             reloads: Default::default(),
+            access_log_dropped: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
@@ -138,6 +140,11 @@ impl Metrics {
     /// Refreshes so far.
     pub fn refreshes(&self) -> u64 {
         self.refreshes.load(Relaxed)
+    }
+
+    /// Counts an access log line dropped because its queue was full.
+    pub fn access_log_dropped(&self) {
+        self.access_log_dropped.fetch_add(1, Relaxed);
     }
 
     /// Counts a request served by another request's fetch.
@@ -277,6 +284,11 @@ impl Metrics {
                 ("{result=\"ok\"}".into(), self.reloads[1].load(Relaxed)),
                 ("{result=\"error\"}".into(), self.reloads[0].load(Relaxed)),
             ],
+        );
+        counter(
+            "access_log_dropped_total",
+            "Access log lines dropped because the writer fell behind.",
+            &one(&self.access_log_dropped),
         );
         counter(
             "coalesced_total",

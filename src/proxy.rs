@@ -32,6 +32,7 @@ pub mod outcome;
 mod pump;
 mod revalidate;
 
+use crate::access_log::{self, AccessLog};
 use crate::admission::{Admission, Decision};
 use crate::body::{empty, ProxyBody};
 use crate::clock::Clock;
@@ -58,10 +59,16 @@ use outcome::{CacheStatus, Outcome, Refusal};
 use pump::StoreJob;
 pub use revalidate::PurgeTarget;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
+
+tokio::task_local! {
+    /// Microseconds to the origin's response head, for the access log: set only while a
+    /// request is logged (a fetch elsewhere finds no slot and records nothing).
+    static ORIGIN_MICROS: Arc<AtomicU64>;
+}
 
 /// What a lookup found.
 #[derive(Debug)]
@@ -141,6 +148,9 @@ pub enum BuildError {
     /// The trust for `https://` origins could not be set up (the CA file).
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// The access log file could not be opened.
+    #[error("log.access_log_file: {0}")]
+    AccessLog(#[from] std::io::Error),
 }
 
 /// Why a purge was refused.
@@ -174,6 +184,8 @@ pub struct Proxy {
     clock: Arc<dyn Clock>,
     inflight: Arc<Inflight>,
     metrics: Metrics,
+    /// Started with the first configuration that asks for it; retargeted on reload.
+    access_log: OnceLock<AccessLog>,
 }
 
 /// The settings a reload swaps in: routes and origins, rules, limits, timeouts.
@@ -253,6 +265,36 @@ fn build_store(config: &ValidConfig) -> Maintained<String, Entry> {
     Maintained::new(cache, lab)
 }
 
+/// The access log line of a request, its response fields still to fill.
+fn log_line(req: &Request<Incoming>, client: IpAddr) -> access_log::Line {
+    let text = |name: header::HeaderName| {
+        req.headers()
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    };
+    access_log::Line {
+        time: SystemTime::now(),
+        client,
+        method: req.method().to_string(),
+        host: text(header::HOST)
+            .or_else(|| req.uri().authority().map(|a| a.to_string()))
+            .unwrap_or_default(),
+        path: req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| req.uri().to_string(), |p| p.to_string()),
+        version: format!("{:?}", req.version()),
+        status: 0,
+        bytes: 0,
+        cache: "",
+        cache_status: String::new(),
+        origin_time: None,
+        total_time: Duration::ZERO,
+        referer: text(header::REFERER),
+        user_agent: text(header::USER_AGENT),
+    }
+}
+
 /// What `serve` decided, before the common headers go on.
 struct Answer {
     response: Response<ProxyBody>,
@@ -266,6 +308,10 @@ impl Proxy {
     /// the admission filter cannot be allocated as sized.
     pub fn new(config: &ValidConfig, clock: Arc<dyn Clock>) -> Result<Proxy, BuildError> {
         let admission = config.admission.settings().build(config.admission.policy)?;
+        let access_log = OnceLock::new();
+        if let Some(target) = config.log.access_log_target() {
+            let _ = access_log.set(AccessLog::start(target)?);
+        }
         Ok(Proxy {
             live: ArcSwap::from_pointee(Live::new(config)?),
             store: ArcSwap::from_pointee(build_store(config)),
@@ -274,6 +320,7 @@ impl Proxy {
             clock,
             inflight: Arc::default(),
             metrics: Metrics::default(),
+            access_log,
         })
     }
 
@@ -285,6 +332,14 @@ impl Proxy {
     /// returned notes say so. On error nothing has changed.
     pub fn reload(&self, config: &ValidConfig) -> Result<Vec<String>, BuildError> {
         let live = Live::new(config)?;
+        if let Some(target) = config.log.access_log_target() {
+            match self.access_log.get() {
+                Some(log) => log.retarget(target)?,
+                None => {
+                    let _ = self.access_log.set(AccessLog::start(target)?);
+                }
+            }
+        }
         let mut notes = Vec::new();
         let wanted = config.admission.policy.to_string();
         if wanted == self.admission.name() {
@@ -309,6 +364,19 @@ impl Proxy {
         }
         self.live.store(Arc::new(live));
         Ok(notes)
+    }
+
+    /// Reopens the access log file (log rotation: SIGUSR1), if there is one.
+    pub fn reopen_access_log(&self) {
+        if let Some(log) = self.access_log.get() {
+            log.reopen();
+        }
+    }
+
+    /// Waits (up to `timeout`) until the access log has written every line so far. True when
+    /// done or when there is no access log.
+    pub fn flush_access_log(&self, timeout: Duration) -> bool {
+        self.access_log.get().is_none_or(|log| log.flush(timeout))
     }
 
     /// The metrics.
@@ -360,19 +428,25 @@ impl Proxy {
         let start = Instant::now();
         // The settings this request runs on, whatever a reload swaps in meanwhile.
         let live = self.live.load_full();
-        // Only an access log needs these: no allocation on the request path otherwise.
-        let request_line = live
-            .access_log
-            .then(|| (req.method().clone(), req.uri().to_string()));
         let head_request = req.method() == Method::HEAD;
+        // Only an access log needs these: no allocation on the request path otherwise.
+        let logged = live.access_log.then(|| {
+            let origin = Arc::new(AtomicU64::new(u64::MAX));
+            (log_line(&req, client), origin)
+        });
+        let serve = self.serve(req, client, secure, &live);
         let Answer {
             mut response,
             outcome,
             status,
-        } = self.serve(req, client, secure, &live).await;
+        } = match &logged {
+            Some((_, origin)) => ORIGIN_MICROS.scope(Arc::clone(origin), serve).await,
+            None => serve.await,
+        };
         let h = response.headers_mut();
         h.insert("x-cache", HeaderValue::from_static(outcome.as_str()));
-        h.insert("cache-status", status.header());
+        let cache_status = status.header();
+        h.insert("cache-status", cache_status.clone());
         // RFC 9213: the fields targeted at this cache are its own, not the client's.
         for name in &live.rules.targeted {
             h.remove(name);
@@ -384,18 +458,21 @@ impl Proxy {
         } else {
             content_length(response.headers()).unwrap_or(0)
         };
-        self.metrics.response(outcome, bytes, start.elapsed());
-        if let Some((method, target)) = request_line {
-            tracing::info!(
-                target: "secondhit::access",
-                client = %client,
-                method = %method,
-                target = %target,
-                status = response.status().as_u16(),
-                outcome = outcome.as_str(),
-                bytes,
-                micros = start.elapsed().as_micros() as u64,
-            );
+        let elapsed = start.elapsed();
+        self.metrics.response(outcome, bytes, elapsed);
+        if let (Some((mut line, origin)), Some(log)) = (logged, self.access_log.get()) {
+            line.status = response.status().as_u16();
+            line.bytes = bytes;
+            line.cache = outcome.as_str();
+            line.cache_status = String::from_utf8_lossy(cache_status.as_bytes()).into_owned();
+            line.origin_time = match origin.load(Ordering::Relaxed) {
+                u64::MAX => None,
+                us => Some(Duration::from_micros(us)),
+            };
+            line.total_time = elapsed;
+            if !log.log(line) {
+                self.metrics.access_log_dropped();
+            }
         }
         response
     }
@@ -699,13 +776,18 @@ impl Proxy {
         live: &Live,
     ) -> Result<Response<Incoming>, FetchError> {
         self.metrics.origin_request();
+        let asked = Instant::now();
         let sent = tokio::time::timeout(
             live.timeouts.first_byte,
             live.origins.client().request(request),
         )
         .await;
         let failure = match sent {
-            Ok(Ok(response)) => return Ok(response),
+            Ok(Ok(response)) => {
+                let micros = u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX - 1);
+                let _ = ORIGIN_MICROS.try_with(|slot| slot.store(micros, Ordering::Relaxed));
+                return Ok(response);
+            }
             Ok(Err(e)) => {
                 tracing::warn!(origin = %target.origin, error = %e, "origin request failed");
                 FetchError::Origin(origin_error(&e))

@@ -73,6 +73,12 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
+        // Every request is answered: its access log line goes out before the process does.
+        let proxy = Arc::clone(&self.proxy);
+        let _ = tokio::task::spawn_blocking(move || {
+            proxy.flush_access_log(std::time::Duration::from_secs(5))
+        })
+        .await;
         // The last word on the filter's state, once no request can change it any more.
         if let Some(dir) = self.state_dir {
             write_state(Arc::clone(&self.proxy), dir).await;

@@ -346,3 +346,96 @@ fn sighup_reloads_the_configuration_file() {
     assert!(status.success(), "{status}");
     std::fs::remove_file(file).unwrap();
 }
+
+#[cfg(unix)]
+#[test]
+fn sigusr1_reopens_the_access_log_for_rotation() {
+    use std::io::{BufRead, Read, Write};
+    let dir = std::env::temp_dir().join(format!("secondhit-usr1-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let mut child = std::process::Command::new(support::bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--origin",
+            "http://127.0.0.1:1",
+            "--access-log-format",
+            "json",
+            "--access-log-file",
+        ])
+        .arg(&log)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let addr = loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("serve printed its addresses");
+        if let Some(rest) = line.split("serving on http://").nth(1) {
+            break rest.split(' ').next().unwrap().to_string();
+        }
+    };
+    // The origin refuses connections: every request is a logged 502.
+    let get = |n: usize| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "GET /r{n} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 502"), "{out}");
+    };
+    let count = |p: &std::path::Path| {
+        std::fs::read_to_string(p)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    get(0);
+    let rotated = dir.join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    let kill = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .unwrap()
+    };
+    assert!(kill("-USR1").success());
+    // The signal is handled asynchronously: request until a line lands in the new file.
+    let mut sent = 1;
+    while count(&log) == 0 && sent < 200 {
+        get(sent);
+        sent += 1;
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(kill("-TERM").success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(count(&log) >= 1, "SIGUSR1 reopened access.log");
+    assert!(
+        count(&rotated) >= 1,
+        "the first line stayed in the rotated file"
+    );
+    assert_eq!(
+        count(&log) + count(&rotated),
+        sent,
+        "every request logged once"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
