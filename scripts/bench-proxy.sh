@@ -9,6 +9,8 @@
 #        ACCESS_LOG=1 BASELINE=target/release/secondhit scripts/bench-proxy.sh
 #          nginx and secondhit write access logs to files (the baseline does not): what
 #          logging every request costs, in the same run
+#        ACCESS_LOG=1 BASELINE_LOG=1 BASELINE=... scripts/bench-proxy.sh
+#          the baseline logs too (to compare two builds' logging)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
@@ -63,8 +65,12 @@ target/release/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"
 if [ -n "${BASELINE:-}" ]; then
+  BASELINE_ARGS=()
+  if [ -n "${BASELINE_LOG:-}" ]; then
+    BASELINE_ARGS=(--access-log-format combined --access-log-file "$dir/logs/baseline-access.log")
+  fi
   "$BASELINE" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18084 \
-    --admin-listen 127.0.0.1:18094 --log-level warn 2>"$dir/logs/baseline.log" &
+    --admin-listen 127.0.0.1:18094 --log-level warn "${BASELINE_ARGS[@]}" 2>"$dir/logs/baseline.log" &
   echo $! > "$dir/baseline.pid"
   ports="18082 18083 18084"
 fi
@@ -90,5 +96,5 @@ done
 if [ -n "${ACCESS_LOG:-}" ]; then
   echo
   echo "access log lines: nginx $(wc -l < "$dir/logs/nginx-access.log"), secondhit $(wc -l < "$dir/logs/secondhit-access.log")"
-  curl -s http://127.0.0.1:18093/metrics | grep '^secondhit_access_log_dropped_total' || true
+  curl -s http://127.0.0.1:18093/metrics | grep '^secondhit_access_log_dropped_total' || true; echo
 fi

@@ -265,33 +265,25 @@ fn build_store(config: &ValidConfig) -> Maintained<String, Entry> {
     Maintained::new(cache, lab)
 }
 
-/// The access log line of a request, its response fields still to fill.
+/// The access log line of a request, its response fields still to fill: clones of the
+/// request's own values (reference counts, no text made here).
 fn log_line(req: &Request<Incoming>, client: IpAddr) -> access_log::Line {
-    let text = |name: header::HeaderName| {
-        req.headers()
-            .get(name)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    };
+    let field = |name| req.headers().get(name).cloned();
     access_log::Line {
         time: SystemTime::now(),
         client,
-        method: req.method().to_string(),
-        host: text(header::HOST)
-            .or_else(|| req.uri().authority().map(|a| a.to_string()))
-            .unwrap_or_default(),
-        path: req
-            .uri()
-            .path_and_query()
-            .map_or_else(|| req.uri().to_string(), |p| p.to_string()),
-        version: format!("{:?}", req.version()),
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+        version: req.version(),
+        host: field(header::HOST),
         status: 0,
         bytes: 0,
         cache: "",
-        cache_status: String::new(),
+        cache_status: None,
         origin_time: None,
         total_time: Duration::ZERO,
-        referer: text(header::REFERER),
-        user_agent: text(header::USER_AGENT),
+        referer: field(header::REFERER),
+        user_agent: field(header::USER_AGENT),
     }
 }
 
@@ -446,7 +438,8 @@ impl Proxy {
         let h = response.headers_mut();
         h.insert("x-cache", HeaderValue::from_static(outcome.as_str()));
         let cache_status = status.header();
-        h.insert("cache-status", cache_status.clone());
+        let logged_status = logged.is_some().then(|| cache_status.clone());
+        h.insert("cache-status", cache_status);
         // RFC 9213: the fields targeted at this cache are its own, not the client's.
         for name in &live.rules.targeted {
             h.remove(name);
@@ -464,7 +457,7 @@ impl Proxy {
             line.status = response.status().as_u16();
             line.bytes = bytes;
             line.cache = outcome.as_str();
-            line.cache_status = String::from_utf8_lossy(cache_status.as_bytes()).into_owned();
+            line.cache_status = logged_status;
             line.origin_time = match origin.load(Ordering::Relaxed) {
                 u64::MAX => None,
                 us => Some(Duration::from_micros(us)),
