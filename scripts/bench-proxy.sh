@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
-# HIT-path throughput and latency: secondhit serve against nginx proxy_cache with
-# proxy_cache_min_uses 2 (nginx's own "second hit"), in front of the same origin (nginx serving
-# static files), same machine, same run, loaded by wrk over loopback. Bounded: 10 s per run.
+# The proxy against nginx, side by side in one run: every scenario of the performance work,
+# loaded by wrk over loopback. nginx proxy_cache with proxy_cache_min_uses 2 (nginx's own
+# "second hit", 2 workers) and `secondhit serve` (defaults) sit in front of the same origin (a
+# separate nginx serving static files), so each cache's CPU is its own. Bounded: DURATION
+# seconds per run (default 8), plus short warm-ups.
+#
+# Scenarios (SCENARIOS="hit_1k hit_16k_x1000 ..." picks some; default all):
+#   hit_1k         one hot 1 KiB object, every request a HIT
+#   hit_16k_x1000  1,000 hot 16 KiB objects, uniformly at random
+#   hit_1m         one hot 1 MiB object
+#   hit_1k_c1000   hit_1k with 1,000 keep-alive connections instead of 64
+#   miss_1k        a never-seen key every request (1 KiB): forwarded, streamed back, not stored
+#                  (secondhit: DEFERRED; nginx: counted by min_uses, not stored)
+#
+# Columns: requests/s, latency p50/p99, CPU per request (the cache's user+system CPU time over
+# the run / requests; nginx: master and workers), errors (non-2xx and socket errors), resident
+# memory after the run (nginx: the sum of its processes', shared pages counted in each).
 #
 # usage: scripts/bench-proxy.sh   (installs nginx and wrk from Debian if missing)
 #        BASELINE=path/to/older/secondhit scripts/bench-proxy.sh
@@ -17,12 +31,21 @@ command -v nginx >/dev/null && command -v wrk >/dev/null || {
   apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
 }
 cargo build --release --quiet
+DURATION=${DURATION:-8}
+SCENARIOS=${SCENARIOS:-hit_1k hit_16k_x1000 hit_1m hit_1k_c1000 miss_1k}
+ulimit -n 65536 2>/dev/null || true
 dir=$(mktemp -d)
-trap 'kill $(cat "$dir"/*.pid 2>/dev/null) 2>/dev/null || true; nginx -p "$dir" -c "$dir/nginx.conf" -s stop 2>/dev/null || true; rm -rf "$dir"' EXIT
+cleanup() {
+  kill $(cat "$dir"/*.pid 2>/dev/null) 2>/dev/null || true
+  for n in origin cache; do nginx -p "$dir" -c "$dir/$n.conf" -s stop 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
 mkdir -p "$dir/www" "$dir/cache" "$dir/logs"
 chmod 755 "$dir"  # nginx workers run as an unprivileged user
-head -c 4096 /dev/urandom > "$dir/www/obj-4k"
-head -c 65536 /dev/urandom > "$dir/www/obj-64k"
+head -c 1024 /dev/urandom > "$dir/www/obj-1k"
+head -c 16384 /dev/urandom > "$dir/www/obj-16k"
+head -c 1048576 /dev/urandom > "$dir/www/obj-1m"
 chmod -R a+rX "$dir/www"; chmod 777 "$dir/cache"
 NGINX_LOG=off
 SECONDHIT_LOG=()
@@ -30,24 +53,36 @@ if [ -n "${ACCESS_LOG:-}" ]; then
   NGINX_LOG="$dir/logs/nginx-access.log"
   SECONDHIT_LOG=(--access-log-format combined --access-log-file "$dir/logs/secondhit-access.log")
 fi
-cat > "$dir/nginx.conf" <<NGINX
+cat > "$dir/origin.conf" <<NGINX
 worker_processes 2;
-pid $dir/nginx.pid;
-error_log $dir/logs/error.log warn;
-events { worker_connections 4096; }
+pid $dir/origin-nginx.pid;
+error_log $dir/logs/origin-error.log warn;
+events { worker_connections 8192; }
 http {
-  access_log ${NGINX_LOG};
+  access_log off;
   sendfile on;
   keepalive_requests 1000000;
-  proxy_cache_path $dir/cache levels=1:2 keys_zone=c:16m max_size=256m inactive=1h use_temp_path=off;
-  upstream origin { server 127.0.0.1:18081; keepalive 64; }
-  server {                                    # the origin
+  server {
     listen 127.0.0.1:18081;
     root $dir/www;
     add_header Cache-Control "public, max-age=3600";
   }
-  server {                                    # the cache under test
-    listen 127.0.0.1:18082;
+}
+NGINX
+cat > "$dir/cache.conf" <<NGINX
+worker_processes 2;
+pid $dir/cache-nginx.pid;
+error_log $dir/logs/cache-error.log warn;
+worker_rlimit_nofile 65536;
+events { worker_connections 8192; }
+http {
+  access_log ${NGINX_LOG};
+  sendfile on;
+  keepalive_requests 1000000;
+  proxy_cache_path $dir/cache levels=1:2 keys_zone=c:64m max_size=256m inactive=1h use_temp_path=off;
+  upstream origin { server 127.0.0.1:18081; keepalive 64; }
+  server {
+    listen 127.0.0.1:18082 backlog=4096;
     location / {
       proxy_pass http://origin;
       proxy_http_version 1.1;
@@ -59,7 +94,8 @@ http {
   }
 }
 NGINX
-nginx -p "$dir" -c "$dir/nginx.conf"
+nginx -p "$dir" -c "$dir/origin.conf"
+nginx -p "$dir" -c "$dir/cache.conf"
 target/release/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
   --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
@@ -76,21 +112,69 @@ if [ -n "${BASELINE:-}" ]; then
 fi
 sleep 1
 
-printf '| object | cache | requests/s | p50 | p90 | p99 | max | X-Cache |\n|---|---|---:|---:|---:|---:|---:|---|\n'
-for obj in obj-4k obj-64k; do
+# wrk scripts: a random one of 1,000 objects; a key never asked before.
+cat > "$dir/x1000.lua" <<'LUA'
+math.randomseed(os.time())
+request = function() return wrk.format(nil, "/obj-16k?k=" .. math.random(1000)) end
+LUA
+cat > "$dir/unique.lua" <<'LUA'
+local threads = 0
+function setup(thread) threads = threads + 1; thread:set("tid", threads) end
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format(nil, "/obj-1k?u=" .. run .. "-" .. tid .. "-" .. n)
+end
+function init(args) run = args[1] end
+LUA
+
+# The pids whose CPU and memory are the cache's.
+pids_of() {
+  case $1 in
+    18082) echo "$(cat "$dir/cache-nginx.pid") $(pgrep -P "$(cat "$dir/cache-nginx.pid")" | tr '\n' ' ')" ;;
+    18083) cat "$dir/secondhit.pid" ;;
+    *) cat "$dir/baseline.pid" ;;
+  esac
+}
+# User + system CPU ticks of the processes.
+# (nginx's cache loader exits after a minute: a process gone is skipped.)
+ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+rss_mib() { local k=0; for p in "$@"; do k=$((k + $(awk '/^VmRSS/{print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $((k / 1024)); }
+hz=$(getconf CLK_TCK)
+
+printf '| scenario | cache | requests/s | p50 | p99 | CPU us/request | errors | RSS MiB | X-Cache |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n'
+run=0
+for scenario in $SCENARIOS; do
   for port in $ports; do
     case $port in
-      18082) name="nginx 1.22 proxy_cache, min_uses 2" ;;
+      18082) name="nginx proxy_cache, min_uses 2" ;;
       18083) name="secondhit serve" ;;
-      *) name="secondhit serve (baseline: $BASELINE)" ;;
+      *) name="secondhit (baseline: $BASELINE)" ;;
     esac
-    for _ in 1 2 3; do curl -s -o /dev/null "http://127.0.0.1:$port/$obj"; done
-    xc=$(curl -s -D - -o /dev/null "http://127.0.0.1:$port/$obj" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache"{print $2}')
-    out=$(wrk -t2 -c64 -d10s --latency "http://127.0.0.1:$port/$obj")
+    url="http://127.0.0.1:$port"
+    conns=64; args=()
+    case $scenario in
+      hit_1k) path=/obj-1k ;;
+      hit_1m) path=/obj-1m ;;
+      hit_1k_c1000) path=/obj-1k; conns=1000 ;;
+      hit_16k_x1000) path=/obj-16k?k=1; args=(-s "$dir/x1000.lua")
+        wrk -t1 -c64 -d2s "${args[@]}" "$url/" >/dev/null ;;  # warm: every object to HIT
+      miss_1k) path=/obj-1k?u=probe-$port; run=$((run + 1)); args=(-s "$dir/unique.lua") ;;
+      *) echo "unknown scenario $scenario" >&2; exit 2 ;;
+    esac
+    case $scenario in miss_1k) ;; *) for _ in 1 2 3; do curl -s -o /dev/null "$url$path"; done ;; esac
+    xc=$(curl -s -D - -o /dev/null "$url$path" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache"{print $2}')
+    pids=$(pids_of $port)
+    t0=$(ticks $pids)
+    extra=(); [ "$scenario" = miss_1k ] && extra=(-- "r$run")
+    out=$(wrk -t1 -c$conns -d${DURATION}s --latency "${args[@]}" "$url$path" "${extra[@]}")
+    t1=$(ticks $pids)
+    total=$(echo "$out" | awk '/requests in/{print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
     lat() { echo "$out" | awk -v p="$1" '$1==p{print $2}'; }
-    max=$(echo "$out" | awk '/Latency/ && !/Distribution/{print $4; exit}')
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$obj" "$name" "$rps" "$(lat 50%)" "$(lat 90%)" "$(lat 99%)" "$max" "$xc"
+    errors=$(echo "$out" | awk '/Non-2xx/{n+=$NF} /Socket errors/{gsub(",","");n+=$4+$6+$8+$10} END{print n+0}')
+    cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$total" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}')
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$scenario" "$name" "$rps" "$(lat 50%)" "$(lat 99%)" "$cpu" "$errors" "$(rss_mib $pids)" "$xc"
   done
 done
 if [ -n "${ACCESS_LOG:-}" ]; then

@@ -168,6 +168,11 @@ impl Metrics {
         self.origin_requests.load(Relaxed)
     }
 
+    /// Origin failures of kind `e` so far.
+    pub fn origin_errors(&self, e: OriginError) -> u64 {
+        self.origin_errors[e as usize].load(Relaxed)
+    }
+
     /// Objects written to the cache so far.
     pub fn stores(&self) -> u64 {
         self.stores.load(Relaxed)

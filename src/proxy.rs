@@ -708,12 +708,12 @@ impl Proxy {
             upstream_head: head_request,
             client_head: head_request,
         };
-        self.respond(response, target, exchange, live)
+        self.respond(response, target, exchange, live).await
     }
 
     /// Phases 6 and 7 for an origin response: classify it, then stream it to the client and,
     /// when allowed, store it.
-    fn respond(
+    async fn respond(
         self: &Arc<Self>,
         response: Response<Incoming>,
         target: &Target,
@@ -747,8 +747,16 @@ impl Proxy {
             leader: x.leader,
         });
 
-        // 7. pump
-        let body = self.pump(rbody, expected, job, live);
+        // 7. pump (or, for a small body, read it whole here)
+        let body = match expected {
+            Some(n) if n <= pump::READ_AHEAD && !x.upstream_head => {
+                match self.read_ahead(rbody, n, job, live).await {
+                    Some(body) => body,
+                    None => return self.fetch_failed(FetchError::Origin(OriginError::Body)),
+                }
+            }
+            _ => self.pump(rbody, expected, job, live),
+        };
         let mut response = Response::from_parts(rparts, body);
         if x.client_head {
             *response.body_mut() = empty();

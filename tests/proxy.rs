@@ -247,7 +247,8 @@ async fn cut_off_origin_bodies_are_never_stored() {
     )
     .await;
     let c = Http::new(p.addr);
-    for path in ["/short/a?size=4000", "/stall/a?size=4000"] {
+    // Streamed (larger than the read-ahead): the client sees the cut.
+    for path in ["/short/a?size=200000", "/stall/a?size=200000"] {
         for _ in 0..2 {
             let g = c.get(path).await;
             assert_eq!(g.x_cache(), "MISS", "{path}: {:?}", g.headers);
@@ -259,6 +260,26 @@ async fn cut_off_origin_bodies_are_never_stored() {
         }
         assert_eq!(o.count(path), 2, "{path}: nothing was stored");
     }
+    // Read whole before the head goes out: the failure is known in time for a 502.
+    for path in ["/short/b?size=4000", "/stall/b?size=4000"] {
+        for _ in 0..2 {
+            let g = c.get(path).await;
+            assert_eq!(
+                (g.status, g.x_cache()),
+                (StatusCode::BAD_GATEWAY, "ERROR"),
+                "{path}"
+            );
+            let status = g.headers.get("cache-status").unwrap().to_str().unwrap();
+            assert!(status.contains("detail=origin-body"), "{status}");
+            assert!(g.body.is_ok(), "{path}: a whole 502, not a cut body");
+        }
+        assert_eq!(o.count(path), 2, "{path}: nothing was stored");
+    }
+    let (_, metrics) = admin(p.admin_addr, "/metrics", false).await;
+    assert!(
+        metrics.contains("secondhit_origin_errors_total{kind=\"body\"} 8"),
+        "{metrics}"
+    );
     assert_eq!(p.proxy.metrics().stores(), 0);
     // The next request on a good path behaves normally.
     assert_eq!(c.get("/cache/ok").await.x_cache(), "MISS");

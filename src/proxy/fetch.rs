@@ -55,6 +55,11 @@ impl FetchError {
                 "origin unreachable",
                 "origin-connect",
             ),
+            FetchError::Origin(OriginError::Body) => (
+                StatusCode::BAD_GATEWAY,
+                "the origin's response body broke off, stalled or came short",
+                "origin-body",
+            ),
             FetchError::Origin(OriginError::Tls) => (
                 StatusCode::BAD_GATEWAY,
                 "origin TLS failed (its certificate did not verify, or the handshake failed)",

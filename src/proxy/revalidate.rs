@@ -180,7 +180,7 @@ impl Proxy {
                 .fetch(request, target, &AtomicBool::new(false), live)
                 .await
             {
-                Ok(r) => self.replace(r, &parts, target, leader, live),
+                Ok(r) => self.replace(r, &parts, target, leader, live).await,
                 Err(e) => self.fetch_failed(e),
             };
         }
@@ -189,12 +189,12 @@ impl Proxy {
         {
             return self.stale(&stored, &parts, true);
         }
-        self.replace(response, &parts, target, leader, live)
+        self.replace(response, &parts, target, leader, live).await
     }
 
     /// A full response to a revalidation replaces the stored object (no admission: it was
     /// admitted; a body write), or, if it may not be stored, is passed on.
-    fn replace(
+    async fn replace(
         self: &Arc<Self>,
         response: Response<Incoming>,
         parts: &Parts,
@@ -211,7 +211,7 @@ impl Proxy {
             upstream_head: false,
             client_head: parts.method == Method::HEAD,
         };
-        let mut answer = self.respond(response, target, exchange, live);
+        let mut answer = self.respond(response, target, exchange, live).await;
         answer.status.fwd = Some(Fwd::Stale);
         answer.status.fwd_status = Some(code);
         answer
@@ -324,7 +324,7 @@ impl Proxy {
                 upstream_head: false,
                 client_head: true,
             };
-            drop(proxy.respond(response, &target, exchange, &live));
+            drop(proxy.respond(response, &target, exchange, &live).await);
         });
     }
 
