@@ -13,6 +13,10 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// mimalloc rather than glibc's malloc: measured in `scripts/bench-proxy.sh` (see the README).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A CDN edge cache that stores an object only on its second request, and a lab that measures
 /// that choice on real access traces.
 #[derive(Parser, Debug)]
