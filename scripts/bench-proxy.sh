@@ -12,6 +12,9 @@
 #   hit_1k_c1000   hit_1k with 1,000 keep-alive connections instead of 64
 #   miss_1k        a never-seen key every request (1 KiB): forwarded, streamed back, not stored
 #                  (secondhit: DEFERRED; nginx: counted by min_uses, not stored)
+#   fill_1k        memory: 20 s of new 1 KiB keys, each asked twice (stored on the second),
+#                  past the cache's capacity (256 MiB, the default); then resident memory
+#                  against what the cache accounts for (secondhit only; nginx keeps it on disk)
 #
 # Columns: requests/s, latency p50/p99, CPU per request (the cache's user+system CPU time over
 # the run / requests; nginx: master and workers), errors (non-2xx and socket errors), resident
@@ -32,7 +35,7 @@ command -v nginx >/dev/null && command -v wrk >/dev/null || {
 }
 cargo build --release --quiet
 DURATION=${DURATION:-8}
-SCENARIOS=${SCENARIOS:-hit_1k hit_16k_x1000 hit_1m hit_1k_c1000 miss_1k}
+SCENARIOS=${SCENARIOS:-hit_1k hit_16k_x1000 hit_1m hit_1k_c1000 miss_1k fill_1k}
 ulimit -n 65536 2>/dev/null || true
 dir=$(mktemp -d)
 cleanup() {
@@ -127,6 +130,15 @@ request = function()
 end
 function init(args) run = args[1] end
 LUA
+cat > "$dir/twice.lua" <<'LUA'
+local threads = 0
+function setup(thread) threads = threads + 1; thread:set("tid", threads) end
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format(nil, "/obj-1k?f=" .. tid .. "-" .. math.floor((n + 1) / 2))
+end
+LUA
 
 # The pids whose CPU and memory are the cache's.
 pids_of() {
@@ -142,10 +154,25 @@ ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc
 rss_mib() { local k=0; for p in "$@"; do k=$((k + $(awk '/^VmRSS/{print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $((k / 1024)); }
 hz=$(getconf CLK_TCK)
 
+fills=""
 printf '| scenario | cache | requests/s | p50 | p99 | CPU us/request | errors | RSS MiB | X-Cache |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n'
 run=0
 for scenario in $SCENARIOS; do
   for port in $ports; do
+    if [ "$scenario" = fill_1k ]; then
+      [ "$port" = 18082 ] && continue
+      pids=$(pids_of $port)
+      wrk -t1 -c64 -d20s -s "$dir/twice.lua" "http://127.0.0.1:$port/" >/dev/null
+      sleep 2
+      m=$(curl -s "http://127.0.0.1:$((port + 10))/metrics")
+      bytes=$(echo "$m" | awk '/^secondhit_cache_bytes /{print $2}')
+      entries=$(echo "$m" | awk '/^secondhit_cache_entries /{print $2}')
+      rss=$(rss_mib $pids)
+      fills+=$(awk -v b="$bytes" -v e="$entries" -v r="$rss" -v p="$port" 'BEGIN{
+        printf "| %s | %d | %.1f | %.0f | %d | %.2f | %.2f |\n", (p == 18083 ? "secondhit serve" : "baseline"),
+          e, b / 1048576, b / e, r, r / (b / 1048576), (b / 1048576 * 1.2 + 64) / r }')$'\n'
+      continue
+    fi
     case $port in
       18082) name="nginx proxy_cache, min_uses 2" ;;
       18083) name="secondhit serve" ;;
@@ -177,6 +204,12 @@ for scenario in $SCENARIOS; do
     printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$scenario" "$name" "$rps" "$(lat 50%)" "$(lat 99%)" "$cpu" "$errors" "$(rss_mib $pids)" "$xc"
   done
 done
+if [ -n "$fills" ]; then
+  echo
+  echo '| fill_1k | entries | cache_bytes MiB | bytes an entry | RSS MiB | RSS / cache_bytes | goal (1.2 x cache_bytes + 64 MiB) / RSS |'
+  echo '|---|---:|---:|---:|---:|---:|---:|'
+  printf '%s' "$fills"
+fi
 if [ -n "${ACCESS_LOG:-}" ]; then
   echo
   echo "access log lines: nginx $(wc -l < "$dir/logs/nginx-access.log"), secondhit $(wc -l < "$dir/logs/secondhit-access.log")"

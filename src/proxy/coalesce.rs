@@ -103,7 +103,7 @@ impl Follower {
         .await
         .ok()
         .flatten()?;
-        let fields = vary_fields(&fetched.object.headers);
+        let fields = vary_fields(&fetched.object.headers.to_map());
         (variant_key(&fetched.primary, &fields, request) == fetched.key).then_some(fetched)
     }
 }

@@ -35,17 +35,21 @@ pub fn serve(
     // response's Date.
     let modified = obj
         .headers
-        .get(header::LAST_MODIFIED)
-        .or_else(|| obj.headers.get(header::DATE));
+        .get(&header::LAST_MODIFIED)
+        .or_else(|| obj.headers.get(&header::DATE));
     if obj.status == StatusCode::OK
-        && not_modified(request, obj.headers.get(header::ETAG), modified)
+        && not_modified(
+            request,
+            obj.headers.get(&header::ETAG).as_ref(),
+            modified.as_ref(),
+        )
     {
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         let h = r.headers_mut();
         for name in NOT_MODIFIED_HEADERS {
             if let Some(v) = obj.headers.get(&name) {
-                h.insert(name, v.clone());
+                h.insert(name, v);
             }
         }
         h.insert(header::AGE, age);
@@ -57,7 +61,7 @@ pub fn serve(
     } else {
         RangeAnswer::Full
     };
-    let mut headers = obj.headers.clone();
+    let mut headers = obj.headers.to_map();
     headers.insert(header::AGE, age);
     let (code, body) = match range {
         RangeAnswer::Full => (obj.status, obj.body.clone()),

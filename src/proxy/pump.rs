@@ -22,7 +22,7 @@
 //! of a response cut short; and a client that leaves within those few kilobytes cancels that
 //! store.
 
-use super::cached::{owned_headers, CachedObject, Entry};
+use super::cached::{CachedObject, Entry};
 use super::coalesce::{Fetched, Leader};
 use super::{Live, Proxy};
 use crate::body::{channel, BoxError, ProxyBody};
@@ -290,7 +290,8 @@ impl Proxy {
                 .insert(job.primary.clone(), Entry::Variants(Arc::from(fields)));
             key
         };
-        let mut headers = owned_headers(&job.headers);
+        // Copied into the object's own buffer, never kept as slices of the read buffer.
+        let mut headers = job.headers;
         headers.remove(header::AGE);
         if job.status != StatusCode::NO_CONTENT {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));

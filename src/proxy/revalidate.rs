@@ -114,7 +114,7 @@ impl Proxy {
                 None
             }
         };
-        let headers = conditional_headers(&parts.headers, &stored.headers);
+        let headers = conditional_headers(&parts.headers, &stored.headers.to_map());
         let request = match upstream_request(
             Method::GET,
             headers,
@@ -143,7 +143,7 @@ impl Proxy {
         if status == StatusCode::NOT_MODIFIED {
             let (mut rparts, _) = response.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
-            if validates(&stored.headers, &rparts.headers) {
+            if validates(&stored.headers.to_map(), &rparts.headers) {
                 let refreshed = self.refresh(key, &stored, &rparts.headers, live);
                 if let Some(leader) = leader {
                     leader.complete(Arc::new(Fetched {
@@ -227,7 +227,7 @@ impl Proxy {
         not_modified: &HeaderMap,
         live: &Live,
     ) -> Arc<CachedObject> {
-        let mut headers = updated_headers(&stored.headers, not_modified);
+        let mut headers = updated_headers(&stored.headers.to_map(), not_modified);
         let now = self.clock.now();
         let freshness = storability(
             stored.status,
@@ -256,7 +256,7 @@ impl Proxy {
             Err(_) => {
                 self.store.load().cache().invalidate(key);
                 let mut once = stored.expired_at(now);
-                once.headers = headers;
+                once.headers = super::cached::StoredHeaders::new(&headers);
                 Arc::new(once)
             }
         }
@@ -285,7 +285,7 @@ impl Proxy {
             Arc::clone(stored),
         );
         tokio::spawn(async move {
-            let headers = conditional_headers(&request, &stored.headers);
+            let headers = conditional_headers(&request, &stored.headers.to_map());
             let Ok(upstream) = upstream_request(
                 Method::GET,
                 headers,
@@ -305,7 +305,7 @@ impl Proxy {
             if response.status() == StatusCode::NOT_MODIFIED {
                 let (mut rparts, _) = response.into_parts();
                 strip_hop_by_hop(&mut rparts.headers);
-                if validates(&stored.headers, &rparts.headers) {
+                if validates(&stored.headers.to_map(), &rparts.headers) {
                     let object = proxy.refresh(&key, &stored, &rparts.headers, &live);
                     leader.complete(Arc::new(Fetched {
                         object,
