@@ -4,6 +4,10 @@
 # Hit ratios come from X-Cache (both send it here) and, independently, from the origin's counters.
 #
 # usage: scripts/replay-vs-nginx.sh [REQUESTS] [CONCURRENCY]   (installs nginx from Debian if missing)
+#        SYNTH=1 scripts/replay-vs-nginx.sh 200000 64
+#          a synthetic CDN mix instead of the bundled trace: `secondhit gen-trace` with 60 % of
+#          requests to objects asked once, Zipf 0.9 over 20,000 others, log-normal sizes
+#          (median 8 KiB, sigma 1.5), seed 1; concurrency 64 to saturate both caches
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-30000}
@@ -16,8 +20,16 @@ chmod 755 "$dir"
 mkdir -p "$dir/cache" "$dir/logs"; chmod 777 "$dir/cache"
 trap 'kill $(cat "$dir"/*.pid 2>/dev/null) 2>/dev/null || true; nginx -p "$dir" -c "$dir/nginx.conf" -s stop 2>/dev/null || true; rm -rf "$dir"' EXIT
 
+trace=()
+if [ -n "${SYNTH:-}" ]; then
+  $bin gen-trace --out "$dir/synth.tr" --objects 20000 --requests "$requests" --alpha 0.9 \
+    --one-time-share 0.6 --sizes lognormal:8192:1.5 --seed 1 >/dev/null 2>&1
+  trace=(--trace "$dir/synth.tr")
+  echo "trace: gen-trace --objects 20000 --requests $requests --alpha 0.9 --one-time-share 0.6 --sizes lognormal:8192:1.5 --seed 1"
+  echo
+fi
 # Cache size: 5 % of the replayed part's working set, the same for both.
-ws=$($bin simulate --limit "$requests" --policy admit-all --capacity-fraction 0.05 --json - \
+ws=$($bin simulate "${trace[@]}" --limit "$requests" --policy admit-all --capacity-fraction 0.05 --json - \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["capacity_bytes"])')
 cat > "$dir/nginx.conf" <<NGINX
 worker_processes 2;
@@ -53,7 +65,7 @@ for cache in nginx secondhit; do
       --capacity "$ws" --max-object-size "$ws" --log-level warn 2>/dev/null & echo $! > "$dir/serve.pid"; port=18083
   fi
   sleep 1
-  $bin replay --target "http://127.0.0.1:$port" --limit "$requests" --concurrency "$concurrency" \
+  $bin replay "${trace[@]}" --target "http://127.0.0.1:$port" --limit "$requests" --concurrency "$concurrency" \
     --origin-stats http://127.0.0.1:18081/_stats --json "$dir/$cache.json" >/dev/null 2>&1
   python3 - "$dir/$cache.json" "$cache" <<'PY'
 import json, sys
@@ -61,9 +73,21 @@ d = json.load(open(sys.argv[1]))
 name = "nginx 1.22 proxy_cache, min_uses 2" if sys.argv[2] == "nginx" else "secondhit serve (second-hit)"
 print(f"| {name} | {d['requests']:,} | {d['hit_ratio']*100:.2f} % | {d['byte_hit_ratio']*100:.2f} % | {d['origin_requests']:,} | {d['origin_offload']*100:.2f} % | {d['errors']} | {d['corrupted']} | {d['requests_per_sec']:,.0f} | {d['latency_ms']['p50']:.2f} | {d['latency_ms']['p99']:.2f} |")
 PY
-  if [ $cache = nginx ]; then nginx -p "$dir" -c "$dir/nginx.conf" -s stop; sleep 0.5; else kill "$(cat "$dir/serve.pid")"; fi
+  if [ $cache = nginx ]; then
+    # nginx's cache manager evicts in the background: the cache may stand above max_size.
+    held=$(du -sb "$dir/cache" | cut -f1)
+    nginx_note="nginx's cache held $(numfmt --to=iec "$held") on disk at the end, max_size $(numfmt --to=iec "$ws")"
+    nginx -p "$dir" -c "$dir/nginx.conf" -s stop; sleep 0.5
+  else
+    m=$(curl -s http://127.0.0.1:18093/metrics)
+    held=$(echo "$m" | awk '/^secondhit_cache_bytes /{print $2}')
+    serve_note="secondhit held $(numfmt --to=iec "${held%.*}") (cache_bytes: keys, headers, bodies, bookkeeping) at the end, capacity $(numfmt --to=iec "$ws")"
+    kill "$(cat "$dir/serve.pid")"
+  fi
   kill "$(cat "$dir/origin.pid")"; sleep 0.5
 done
 echo
+echo "$nginx_note; $serve_note"
+echo
 echo "prediction (secondhit simulate --limit $requests --capacity $ws, second-hit, window inf):"
-$bin simulate --limit "$requests" --policy second-hit --capacity "$ws" --window inf --store moka | sed -n '4,5p'
+$bin simulate "${trace[@]}" --limit "$requests" --policy second-hit --capacity "$ws" --window inf --store moka | sed -n '4,5p'
