@@ -160,6 +160,7 @@ pub async fn run(
             threads: 1,
             limit: Some(options.requests),
             keep_state: false,
+            auto_expected_items: false,
         };
         let predicted = tokio::task::spawn_blocking({
             let source = source.clone();

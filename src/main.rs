@@ -234,9 +234,10 @@ struct SimulateArgs {
     /// the trace's seconds (the line number for webcachesim traces, the index for cache2k).
     #[arg(long, default_value = "1h", value_parser = parse_window)]
     window: WindowArg,
-    /// Distinct keys one filter generation is sized for.
-    #[arg(long, default_value_t = Settings::DEFAULT_EXPECTED_ITEMS)]
-    expected_items: u64,
+    /// Distinct keys one filter generation is sized for, or "auto": count the distinct keys of
+    /// each window in a first pass over the trace and size for the busiest one.
+    #[arg(long, default_value = "1000000", value_parser = parse_expected_items)]
+    expected_items: ExpectedItems,
     /// Target false-positive rate of one generation.
     #[arg(long, default_value_t = Settings::DEFAULT_FPR)]
     fpr: f64,
@@ -262,6 +263,24 @@ struct SimulateArgs {
     /// eviction, one size), in the format `serve --state-dir DIR` loads: a filter warmed offline.
     #[arg(long, value_name = "DIR")]
     save_state: Option<PathBuf>,
+}
+
+/// `--expected-items`: a number, or `auto` (sized from the trace).
+#[derive(Clone, Copy, Debug)]
+enum ExpectedItems {
+    Fixed(u64),
+    Auto,
+}
+
+fn parse_expected_items(s: &str) -> Result<ExpectedItems, String> {
+    match s.trim() {
+        "auto" => Ok(ExpectedItems::Auto),
+        n => n
+            .replace('_', "")
+            .parse()
+            .map(ExpectedItems::Fixed)
+            .map_err(|_| format!("{s:?}: expected a number of keys or \"auto\"")),
+    }
 }
 
 /// A window: `None` never rotates on time.
@@ -633,13 +652,17 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         },
         settings: Settings {
             window: args.window.0,
-            expected_items: args.expected_items,
+            expected_items: match args.expected_items {
+                ExpectedItems::Fixed(n) => n,
+                ExpectedItems::Auto => Settings::DEFAULT_EXPECTED_ITEMS,
+            },
             fpr: args.fpr,
             layout: args.layout,
         },
         threads: args.threads,
         limit: args.limit,
         keep_state: args.save_state.is_some(),
+        auto_expected_items: matches!(args.expected_items, ExpectedItems::Auto),
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),
@@ -648,6 +671,9 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     )?;
 
     print_report(&report.to_text(), &report, args.json.as_deref())?;
+    for warning in undersized_filters(&report) {
+        eprintln!("warning: {warning}");
+    }
     if let Some(path) = &args.csv {
         std::fs::write(path, report.to_csv())
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -667,6 +693,39 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// One line per policy whose filter rotated on count before its window ended: what a window
+/// brought, and the `--expected-items` that would fit it.
+fn undersized_filters(report: &sim::Report) -> Vec<String> {
+    use secondhit::units;
+    let mut worst: Vec<(&str, u64, u64)> = Vec::new();
+    for r in report
+        .results
+        .iter()
+        .filter(|r| r.rotations_on_count > 0 && r.keys_per_window > 0)
+    {
+        match worst.iter_mut().find(|(p, _, _)| *p == r.policy) {
+            Some(w) => {
+                w.1 += r.rotations_on_count;
+                w.2 = w.2.max(r.keys_per_window);
+            }
+            None => worst.push((&r.policy, r.rotations_on_count, r.keys_per_window)),
+        }
+    }
+    worst
+        .into_iter()
+        .map(|(policy, rotations, keys)| {
+            format!(
+                "{policy}: the filter filled before its {} window ended ({} rotations on count over all runs; generations sized for {} keys), and a window brings up to {} distinct keys at that pace: sightings were forgotten early. --expected-items {} (or auto) would fit.",
+                report.settings.window,
+                units::count(rotations),
+                units::count(report.settings.expected_items),
+                units::count(keys),
+                sim::suggested_expected_items(keys),
+            )
+        })
+        .collect()
 }
 
 fn trace_stats(args: TraceStatsArgs) -> anyhow::Result<()> {

@@ -315,8 +315,14 @@ impl Metrics {
         );
         counter(
             "filter_rotations_total",
-            "Rotations of the admission filter's generations.",
-            &[(String::new(), admission.rotations)],
+            "Rotations of the admission filter's generations: on time (the window ended) or on count (a generation filled first: expected_items is too small).",
+            &[
+                (
+                    "{trigger=\"time\"}".into(),
+                    admission.rotations - admission.rotations_on_count,
+                ),
+                ("{trigger=\"count\"}".into(), admission.rotations_on_count),
+            ],
         );
         let mut gauge = |name: &str, help: &str, v: f64| {
             let _ = writeln!(s, "# HELP secondhit_{name} {help}\n# TYPE secondhit_{name} gauge\nsecondhit_{name} {v}");
@@ -356,6 +362,11 @@ impl Metrics {
                 "filter_memory_bytes",
                 "Memory of both generations.",
                 f.memory_bytes as f64,
+            );
+            gauge(
+                "filter_keys_per_window",
+                "Distinct keys a window brings, estimated when a generation filled early (0: never did); expected_items should be above it.",
+                admission.keys_per_window as f64,
             );
         }
         let _ = writeln!(

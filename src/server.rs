@@ -328,6 +328,12 @@ pub async fn start_with_source(
             stop.subscribe(),
         )));
     }
+    tasks.push(tokio::spawn(warn_of_an_undersized_filter(
+        Arc::clone(&proxy),
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(3600),
+        stop.subscribe(),
+    )));
     tracing::info!(%addr, %admin_addr, tls = secure, "secondhit serving");
     Ok(Running {
         addr,
@@ -340,6 +346,40 @@ pub async fn start_with_source(
         tasks,
         state_dir: config.state_dir.clone(),
     })
+}
+
+/// Looks every `every` for rotations on count (a generation filled before its window ended:
+/// `admission.expected_items` is too small, and sightings are forgotten early) and says so in
+/// the log, at most once per `quiet`, with the size that would fit.
+async fn warn_of_an_undersized_filter(
+    proxy: Arc<Proxy>,
+    every: std::time::Duration,
+    quiet: std::time::Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seen = proxy.admission().stats().rotations_on_count;
+    let mut warned: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = listener::stopped_signal(&mut stopped) => break,
+        }
+        let st = proxy.admission().stats();
+        if st.rotations_on_count > seen && st.keys_per_window > 0 {
+            if warned.is_none_or(|t| t.elapsed() >= quiet) {
+                tracing::warn!(
+                    rotations_on_count = st.rotations_on_count,
+                    keys_per_window = st.keys_per_window,
+                    suggested_expected_items = crate::sim::suggested_expected_items(st.keys_per_window),
+                    "the admission filter filled before its window ended: sightings are forgotten early; raise admission.expected_items"
+                );
+                warned = Some(tokio::time::Instant::now());
+            }
+            seen = st.rotations_on_count;
+        }
+    }
 }
 
 /// Writes the filter's state every `every` until shutdown (the final write is shutdown's).

@@ -102,6 +102,10 @@ pub struct Options {
     /// Keep the admission policy's state at the end (one run only), for `--save-state`: a filter
     /// warmed from a trace, in the format `serve --state-dir` loads.
     pub keep_state: bool,
+    /// Size the filters from the trace (`--expected-items auto`): a pass first counts the
+    /// distinct keys of each window, and `settings.expected_items` becomes what the busiest one
+    /// needs ([`suggested_expected_items`]).
+    pub auto_expected_items: bool,
 }
 
 impl Default for Options {
@@ -117,8 +121,43 @@ impl Default for Options {
             threads: 0,
             limit: None,
             keep_state: false,
+            auto_expected_items: false,
         }
     }
+}
+
+/// The `expected_items` that fits `keys` distinct keys a window with room to spare: a quarter
+/// more, rounded up to two significant digits (3,456,789 -> 4,400,000), at least 1,000.
+pub fn suggested_expected_items(keys: u64) -> u64 {
+    let want = keys.saturating_add(keys / 4).max(1_000);
+    let digits = want.ilog10();
+    let unit = 10u64.pow(digits.saturating_sub(1));
+    want.div_ceil(unit).saturating_mul(unit)
+}
+
+/// The most distinct keys any window of `window` holds in `requests` (windows on a grid from the
+/// first request; `None`: the whole trace is one window).
+pub fn max_keys_per_window(
+    requests: impl Iterator<Item = Result<Request, TraceError>>,
+    window: Option<Duration>,
+) -> Result<u64, TraceError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut most = 0u64;
+    let mut grid: Option<(Duration, u64)> = None;
+    for r in requests {
+        let r = r?;
+        if let Some(w) = window.filter(|w| !w.is_zero()) {
+            let (start, index) = *grid.get_or_insert((r.time, 0));
+            let now = (r.time.saturating_sub(start).as_nanos() / w.as_nanos()) as u64;
+            if now != index {
+                most = most.max(seen.len() as u64);
+                seen.clear();
+                grid = Some((start, now));
+            }
+        }
+        seen.insert(r.key.raw());
+    }
+    Ok(most.max(seen.len() as u64))
 }
 
 impl Options {
@@ -207,6 +246,11 @@ pub struct RunResult {
     pub store_rejections: u64,
     /// Generation rotations of the policy.
     pub rotations: u64,
+    /// Of those, rotations because a generation filled (`expected_items` distinct keys) before
+    /// its window ended: the filter is undersized for the trace.
+    pub rotations_on_count: u64,
+    /// At such rotations, the most distinct keys a window would hold at the pace seen (0: none).
+    pub keys_per_window: u64,
     /// For approximate policies: admissions the filter made that the exact policy with the same
     /// windows, asked about the same misses, would not have made (false positives).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -311,6 +355,8 @@ impl Runner {
             origin_bytes: self.requested_bytes - self.hit_bytes,
             store_rejections: self.rejections,
             rotations: self.admission.stats().rotations,
+            rotations_on_count: self.admission.stats().rotations_on_count,
+            keys_per_window: self.admission.stats().keys_per_window,
             approx_extra_admissions: approx.then_some(self.extra),
             approx_missed_admissions: approx.then_some(self.missed),
             requests_per_sec: self.requests as f64 / self.busy.as_secs_f64().max(1e-9),
@@ -385,6 +431,20 @@ pub fn run(
         .limit
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
     let open = move || source.open().map(|r| r.take(limit));
+    let mut settings = options.settings;
+    if options.auto_expected_items {
+        progress.begin("counting keys per window", None);
+        let mut n = 0u64;
+        let counted = open()?.inspect(|_| {
+            n += 1;
+            if n % 65_536 == 0 {
+                progress.advance(65_536);
+            }
+        });
+        let keys = max_keys_per_window(counted, settings.window)?;
+        progress.end();
+        settings.expected_items = suggested_expected_items(keys);
+    }
     // A first pass only when capacities depend on the working set.
     let first_pass = match &options.capacities {
         Capacities::Fractions(_) => {
@@ -420,7 +480,7 @@ pub fn run(
     }
     let runners = specs
         .iter()
-        .map(|s| Runner::new(*s, &options.settings))
+        .map(|s| Runner::new(*s, &settings))
         .collect::<Result<Vec<_>, _>>()?;
 
     let threads = match options.threads {
@@ -540,14 +600,56 @@ pub fn run(
         format: source.format_name(),
         summary,
         settings: SettingsReport {
-            window: crate::units::duration(options.settings.window),
-            expected_items: options.settings.expected_items,
-            fpr: options.settings.fpr,
-            layout: options.settings.layout.to_string(),
+            window: crate::units::duration(settings.window),
+            expected_items: settings.expected_items,
+            fpr: settings.fpr,
+            layout: settings.layout.to_string(),
             store: options.store.to_string(),
         },
         results,
         wall_secs: started.elapsed().as_secs_f64(),
         admission_state,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::KeyHash;
+
+    #[test]
+    fn expected_items_are_suggested_with_room_and_round_figures() {
+        assert_eq!(suggested_expected_items(0), 1_000);
+        assert_eq!(suggested_expected_items(40_800), 51_000);
+        assert_eq!(suggested_expected_items(3_456_789), 4_400_000);
+        assert_eq!(suggested_expected_items(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn keys_are_counted_per_window_on_a_grid_from_the_first_request() {
+        let at = |secs: u64, key: u64| {
+            Ok(Request {
+                time: Duration::from_secs(secs),
+                key: KeyHash::of_u64(key),
+                size: 1,
+            })
+        };
+        // Windows of 10 s from t = 5: [5, 15) has keys 1, 2; [15, 25) has 1, 2, 3 (3 twice).
+        let trace = || {
+            vec![
+                at(5, 1),
+                at(9, 2),
+                at(9, 1),
+                at(15, 1),
+                at(16, 2),
+                at(20, 3),
+                at(24, 3),
+                at(40, 9),
+            ]
+        };
+        let w = Some(Duration::from_secs(10));
+        assert_eq!(max_keys_per_window(trace().into_iter(), w).unwrap(), 3);
+        // One window for the whole trace: keys 1, 2, 3, 9.
+        assert_eq!(max_keys_per_window(trace().into_iter(), None).unwrap(), 4);
+    }
 }

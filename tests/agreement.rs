@@ -65,6 +65,7 @@ async fn live_replay_equals_the_simulation() {
                     threads: 1,
                     limit: Some(requests),
                     keep_state: false,
+                    auto_expected_items: false,
                 },
                 &Quiet,
             )

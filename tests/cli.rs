@@ -201,6 +201,79 @@ fn gen_trace_round_trips_through_trace_stats() {
 }
 
 #[test]
+fn an_undersized_filter_is_named_and_auto_sizes_it() {
+    let dir = std::env::temp_dir().join(format!("secondhit-sizing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.tr");
+    // 1,000 requests a second of trace time: a 60 s window holds 60,000 requests.
+    let out = run(&[
+        "gen-trace",
+        "--out",
+        trace.to_str().unwrap(),
+        "--requests",
+        "200000",
+        "--objects",
+        "20000",
+        "--one-time-share",
+        "0.5",
+        "--seed",
+        "3",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let simulate = |expected: &str| {
+        run(&[
+            "simulate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--policy",
+            "second-hit",
+            "--window",
+            "60s",
+            "--capacity-fraction",
+            "0.05",
+            "--expected-items",
+            expected,
+            "--json",
+            "-",
+        ])
+    };
+    let small = simulate("10000");
+    let result = &stdout_json(&small)["results"][0];
+    assert!(
+        result["rotations_on_count"].as_u64().unwrap() > 10,
+        "{result}"
+    );
+    let stderr = String::from_utf8_lossy(&small.stderr);
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("warning: second-hit:"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning in {stderr}"));
+    assert!(
+        warning.contains("generations sized for 10,000 keys")
+            && warning.contains("--expected-items"),
+        "{warning}"
+    );
+
+    let auto = simulate("auto");
+    let json = stdout_json(&auto);
+    // The busiest 60 s window of the trace, with a quarter more.
+    let sized = json["settings"]["expected_items"].as_u64().unwrap();
+    assert!((40_000..80_000).contains(&sized), "{sized}");
+    let result = &json["results"][0];
+    assert_eq!(result["rotations_on_count"], 0, "{result}");
+    assert_eq!(
+        result["approx_missed_admissions"], 0,
+        "no admission lost to an early rotation"
+    );
+    assert!(!String::from_utf8_lossy(&auto.stderr).contains("warning:"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn output_to_a_closed_pipe_ends_quietly() {
     // As `secondhit simulate | head -0`: the reader is gone before anything is written.
     for args in [

@@ -288,6 +288,41 @@ async fn cut_off_origin_bodies_are_never_stored() {
 }
 
 #[tokio::test]
+async fn a_filter_that_fills_before_its_window_ends_is_counted_apart() {
+    let o = origin::start().await;
+    let (p, clock) = start(
+        &o.url(),
+        "[admission]\nwindow = \"1h\"\nexpected_items = 20",
+    )
+    .await;
+    let c = Http::new(p.addr);
+    // 20 distinct keys fill a generation in 10 minutes of a 1 h window; the 21st miss rotates
+    // it on count. 20 keys in 10 minutes is 120 an hour.
+    for i in 0..20 {
+        assert_eq!(c.get(&format!("/cache/k{i}")).await.x_cache(), "DEFERRED");
+        clock.advance(Duration::from_secs(30));
+    }
+    c.get("/cache/last").await;
+    let (_, m) = admin(p.admin_addr, "/metrics", false).await;
+    for line in [
+        "secondhit_filter_rotations_total{trigger=\"time\"} 0",
+        "secondhit_filter_rotations_total{trigger=\"count\"} 1",
+        "secondhit_filter_keys_per_window 120",
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+    }
+    // A rotation on time is counted as one.
+    clock.advance(Duration::from_secs(3600));
+    c.get("/cache/later").await;
+    let (_, m) = admin(p.admin_addr, "/metrics", false).await;
+    assert!(
+        m.contains("secondhit_filter_rotations_total{trigger=\"time\"} 1"),
+        "{m}"
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
 async fn origin_down_is_502_and_slow_origin_is_504() {
     // A port nothing listens on: bind, note it, close.
     let dead = {

@@ -194,6 +194,7 @@ fn results_are_the_same_on_every_run_and_thread_count() {
         threads: 1,
         limit: None,
         keep_state: false,
+        auto_expected_items: false,
     };
     let strip = |r: Report| {
         r.results

@@ -121,6 +121,14 @@ pub struct Stats {
     pub deferred: u64,
     /// Generation rotations so far.
     pub rotations: u64,
+    /// Of those, rotations because `current` reached its `max_items` distinct keys before its
+    /// window ended: the generations are sized for fewer keys than arrive in a window, so
+    /// sightings are forgotten sooner than the window promises.
+    pub rotations_on_count: u64,
+    /// The most distinct keys a window would hold, estimated at count-triggered rotations from
+    /// how fast `current` filled (keys x window / time taken); 0 when none happened or there is
+    /// no window. What `expected_items` should be at least.
+    pub keys_per_window: u64,
     /// The generations' state, for policies that keep them.
     pub filter: Option<FilterStats>,
 }

@@ -236,6 +236,8 @@ pub struct Rotating<G> {
     admitted: Counter,
     deferred: Counter,
     rotations: AtomicU64,
+    rotations_on_count: AtomicU64,
+    keys_per_window: AtomicU64,
 }
 
 /// "Not set" for the window's atomics.
@@ -290,6 +292,8 @@ impl<G: Generation> Rotating<G> {
             admitted: Counter::default(),
             deferred: Counter::default(),
             rotations: AtomicU64::new(0),
+            rotations_on_count: AtomicU64::new(0),
+            keys_per_window: AtomicU64::new(0),
         }
     }
 
@@ -442,7 +446,17 @@ impl<G: Generation> Rotating<G> {
         let elapsed = now.saturating_sub(started);
         let (new_start, both_stale) = match load_opt(&self.length) {
             Some(w) if w > 0 && elapsed >= w => (started + elapsed / w * w, elapsed / w >= 2),
-            _ => (now, false),
+            length => {
+                // On count: the keys a whole window would have brought at this pace.
+                self.rotations_on_count.fetch_add(1, Relaxed);
+                if let Some(w) = length.filter(|_| elapsed > 0) {
+                    let keys = u128::from(old.distinct.load(Relaxed)) * u128::from(w)
+                        / u128::from(elapsed);
+                    let keys = u64::try_from(keys).unwrap_or(u64::MAX);
+                    self.keys_per_window.fetch_max(keys, Relaxed);
+                }
+                (now, false)
+            }
         };
         // The generation falling off is recycled as the new `current` (memory stays fixed),
         // unless a new sizing is waiting: then the new `current` is built to it.
@@ -545,6 +559,8 @@ impl<G: Generation> Admission for Rotating<G> {
             admitted: self.admitted.get(),
             deferred: self.deferred.get(),
             rotations: self.rotations.load(Relaxed),
+            rotations_on_count: self.rotations_on_count.load(Relaxed),
+            keys_per_window: self.keys_per_window.load(Relaxed),
             filter: Some(FilterStats {
                 current_items: pair.distinct.load(Relaxed),
                 current_fill,
@@ -604,6 +620,30 @@ mod tests {
         let f = st.filter.unwrap();
         assert_eq!(f.current_items, 1);
         assert!(f.current_fill > 0.0 && f.previous_fill == 0.0);
+    }
+
+    #[test]
+    fn rotations_on_count_are_told_apart_with_the_keys_a_window_would_hold() {
+        let p = second_hit(60, Some(4));
+        for (i, key) in [b"a", b"b", b"c", b"d"].iter().enumerate() {
+            p.on_miss(KeyHash::of(*key), s(i as u64 * 5)); // four keys by t = 15
+        }
+        assert_eq!(p.stats().rotations, 0);
+        // The fifth miss at 20 finds `current` full after 20 s of a 60 s window: 4 keys in
+        // 20 s is 12 a window.
+        p.on_miss(KeyHash::of(b"e"), s(20));
+        let st = p.stats();
+        assert_eq!(
+            (st.rotations, st.rotations_on_count, st.keys_per_window),
+            (1, 1, 12)
+        );
+        // A rotation on time counts as one, and leaves the estimate alone.
+        p.on_miss(KeyHash::of(b"f"), s(80));
+        let st = p.stats();
+        assert_eq!(
+            (st.rotations, st.rotations_on_count, st.keys_per_window),
+            (2, 1, 12)
+        );
     }
 
     #[test]
