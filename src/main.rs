@@ -261,8 +261,17 @@ struct SimulateArgs {
     plot: Option<PathBuf>,
     /// Write the admission filter's state at the end of the run into DIR (one policy, one
     /// eviction, one size), in the format `serve --state-dir DIR` loads: a filter warmed offline.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "plan")]
     save_state: Option<PathBuf>,
+    /// Do not simulate: write the sweep as independent jobs into DIR (`DIR/jobs.txt`, one
+    /// command line per policy x eviction x size, each writing `DIR/results/job-NNNN.json`), for
+    /// GNU parallel, a Slurm array or Kubernetes Jobs. `--merge` combines their results.
+    #[arg(long, value_name = "DIR", conflicts_with = "merge")]
+    plan: Option<PathBuf>,
+    /// Do not simulate: combine the JSON results of planned jobs (or any runs of the same trace
+    /// and settings) into one report, printed and written as --json, --csv and --plot ask.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    merge: Vec<PathBuf>,
 }
 
 /// `--expected-items`: a number, or `auto` (sized from the trace).
@@ -639,16 +648,154 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A word for `sh`: as it is when it is plain, else in single quotes.
+fn sh_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// `simulate --plan DIR`: one command line per run of the sweep, each a whole `simulate` of one
+/// policy, one eviction and one size with every other option as given.
+fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
+    let results = dir.join("results");
+    std::fs::create_dir_all(&results)
+        .with_context(|| format!("cannot create {}", results.display()))?;
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let exe = std::env::current_exe().context("cannot find this program's path")?;
+    let mut common = vec![absolute(&exe).display().to_string(), "simulate".into()];
+    let mut opt = |name: &str, value: String| {
+        common.push(format!("--{name}"));
+        common.push(value);
+    };
+    if let Some(t) = &args.trace {
+        opt("trace", absolute(t).display().to_string());
+    }
+    if let Some(f) = &args.input.format {
+        opt("format", f.clone());
+        opt("csv-columns", args.input.csv_columns.clone());
+        opt("csv-delimiter", args.input.csv_delimiter.clone());
+    }
+    opt("store", args.store.to_string());
+    opt("window", secondhit::units::duration(args.window.0));
+    opt(
+        "expected-items",
+        match args.expected_items {
+            ExpectedItems::Fixed(n) => n.to_string(),
+            ExpectedItems::Auto => "auto".into(),
+        },
+    );
+    opt("fpr", args.fpr.to_string());
+    opt("layout", args.layout.to_string());
+    opt("threads", "1".into());
+    if let Some(l) = args.limit {
+        opt("limit", l.to_string());
+    }
+    if args.input.csv_header {
+        common.push("--csv-header".into());
+    }
+    let sizes: Vec<(&str, String)> = if args.capacity.is_empty() {
+        let fractions = args.capacity_fraction.iter();
+        fractions
+            .map(|f| ("capacity-fraction", f.to_string()))
+            .collect()
+    } else {
+        args.capacity
+            .iter()
+            .map(|c| ("capacity", c.to_string()))
+            .collect()
+    };
+    // The order of one run's results: sizes, then evictions, then policies.
+    let mut lines = String::new();
+    let mut n = 0;
+    for (size_opt, size) in &sizes {
+        for eviction in &args.eviction {
+            for policy in &args.policy {
+                n += 1;
+                let out = absolute(&results.join(format!("job-{n:04}.json")));
+                let mut job = common.clone();
+                job.extend([
+                    "--policy".into(),
+                    policy.to_string(),
+                    "--eviction".into(),
+                    eviction.to_string(),
+                    format!("--{size_opt}"),
+                    size.clone(),
+                    "--json".into(),
+                    out.display().to_string(),
+                ]);
+                let words: Vec<String> = job.iter().map(|w| sh_word(w)).collect();
+                lines.push_str(&words.join(" "));
+                lines.push('\n');
+            }
+        }
+    }
+    let jobs = dir.join("jobs.txt");
+    std::fs::write(&jobs, lines).with_context(|| format!("cannot write {}", jobs.display()))?;
+    eprintln!(
+        "{n} jobs written to {}; run them, e.g. `parallel < {}`, then `secondhit simulate --merge {}/job-*.json`",
+        jobs.display(),
+        jobs.display(),
+        results.display()
+    );
+    Ok(())
+}
+
+/// `simulate --merge FILE...`: the reports of separate runs as one.
+fn merge(files: &[PathBuf]) -> anyhow::Result<sim::Report> {
+    let mut merged: Option<sim::Report> = None;
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let report: sim::Report = serde_json::from_str(&text).with_context(|| {
+            format!("{}: not the JSON report of a simulate run", file.display())
+        })?;
+        match &mut merged {
+            None => merged = Some(report),
+            Some(m) => {
+                if (&m.trace, &m.summary, &m.settings)
+                    != (&report.trace, &report.summary, &report.settings)
+                {
+                    anyhow::bail!(
+                        "{}: another trace or other filter settings than {} (trace {} with {} requests, window {}, {} keys): results of different sweeps do not merge",
+                        file.display(),
+                        files[0].display(),
+                        m.trace,
+                        m.summary.requests,
+                        m.settings.window,
+                        m.settings.expected_items,
+                    );
+                }
+                m.results.extend(report.results);
+                m.wall_secs += report.wall_secs;
+            }
+        }
+    }
+    merged.ok_or_else(|| anyhow::anyhow!("--merge: no files"))
+}
+
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.plan {
+        return plan(&args, dir);
+    }
+    if !args.merge.is_empty() {
+        let report = merge(&args.merge)?;
+        return write_simulation(&args, &report);
+    }
     let format = args.input.format()?;
     let options = sim::Options {
-        policies: args.policy,
-        evictions: args.eviction,
+        policies: args.policy.clone(),
+        evictions: args.eviction.clone(),
         store: args.store,
         capacities: if args.capacity.is_empty() {
-            Capacities::Fractions(args.capacity_fraction)
+            Capacities::Fractions(args.capacity_fraction.clone())
         } else {
-            Capacities::Bytes(args.capacity)
+            Capacities::Bytes(args.capacity.clone())
         },
         settings: Settings {
             window: args.window.0,
@@ -669,18 +816,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         &options,
         &Bar::new(),
     )?;
-
-    print_report(&report.to_text(), &report, args.json.as_deref())?;
-    for warning in undersized_filters(&report) {
-        eprintln!("warning: {warning}");
-    }
-    if let Some(path) = &args.csv {
-        std::fs::write(path, report.to_csv())
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    if let Some(path) = &args.plot {
-        sim::plot_svg(&report, path)?;
-    }
+    write_simulation(&args, &report)?;
     if let (Some(dir), Some(bytes)) = (&args.save_state, &report.admission_state) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         secondhit::state::save(dir, bytes).with_context(|| {
@@ -691,6 +827,22 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             secondhit::state::file_in(dir).display(),
             bytes.len()
         );
+    }
+    Ok(())
+}
+
+/// Prints the report and writes the files asked for; warns of undersized filters.
+fn write_simulation(args: &SimulateArgs, report: &sim::Report) -> anyhow::Result<()> {
+    print_report(&report.to_text(), report, args.json.as_deref())?;
+    for warning in undersized_filters(report) {
+        eprintln!("warning: {warning}");
+    }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, report.to_csv())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        sim::plot_svg(report, path)?;
     }
     Ok(())
 }

@@ -213,7 +213,7 @@ pub struct RunSpec {
 }
 
 /// One run's figures. Ratios are fractions in [0, 1]; sizes are bytes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct RunResult {
     /// Admission policy name.
     pub policy: String,
@@ -253,11 +253,11 @@ pub struct RunResult {
     pub keys_per_window: u64,
     /// For approximate policies: admissions the filter made that the exact policy with the same
     /// windows, asked about the same misses, would not have made (false positives).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approx_extra_admissions: Option<u64>,
     /// For approximate policies: admissions the exact policy would have made and the filter did
     /// not (only after an early, count-triggered rotation).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approx_missed_admissions: Option<u64>,
     /// Requests per second of this run's own work (one thread; trace reading excluded).
     pub requests_per_sec: f64,
@@ -379,7 +379,7 @@ pub struct Quiet;
 impl Progress for Quiet {}
 
 /// A simulation's output: the trace summary, the settings, and one result per run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Report {
     /// The trace's name as given.
     pub trace: String,
@@ -402,7 +402,7 @@ pub struct Report {
 }
 
 /// The filter settings, for the report.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct SettingsReport {
     /// Window, e.g. `1h`, or `inf`.
     pub window: String,

@@ -274,6 +274,91 @@ fn an_undersized_filter_is_named_and_auto_sizes_it() {
 }
 
 #[test]
+fn a_planned_sweep_merged_equals_one_run() {
+    let dir = std::env::temp_dir().join(format!("secondhit-plan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sweep = [
+        "--policy",
+        "admit-all,second-hit",
+        "--capacity-fraction",
+        "0.05",
+    ];
+    let planned = run(&[&["simulate", "--plan", dir.to_str().unwrap()], &sweep[..]].concat());
+    assert!(
+        planned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    let jobs = std::fs::read_to_string(dir.join("jobs.txt")).unwrap();
+    assert_eq!(jobs.lines().count(), 2, "{jobs}");
+    // As a scheduler would: GNU parallel where it is installed (CI installs it), else sh.
+    let parallel = Command::new("parallel")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let ran = if parallel {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("parallel < {}", dir.join("jobs.txt").display()))
+            .output()
+            .unwrap()
+    } else {
+        eprintln!("GNU parallel is not installed: the jobs run one by one under sh");
+        Command::new("sh")
+            .arg(dir.join("jobs.txt"))
+            .output()
+            .unwrap()
+    };
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let results: Vec<String> = (1..=2)
+        .map(|n| {
+            dir.join(format!("results/job-{n:04}.json"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    let merged = run(&[
+        &["simulate", "--json", "-", "--merge"],
+        &results.iter().map(String::as_str).collect::<Vec<_>>()[..],
+    ]
+    .concat());
+    let one = run(&[&["simulate", "--json", "-"], &sweep[..]].concat());
+    let (mut merged, mut one) = (stdout_json(&merged), stdout_json(&one));
+    // Everything but the timings.
+    for report in [&mut merged, &mut one] {
+        report.as_object_mut().unwrap().remove("wall_secs");
+        for r in report["results"].as_array_mut().unwrap() {
+            r.as_object_mut().unwrap().remove("requests_per_sec");
+        }
+    }
+    assert_eq!(merged, one);
+    // Results of another sweep do not merge with these.
+    let other = dir.join("other.json");
+    let out = run(&[
+        "simulate",
+        "--policy",
+        "admit-all",
+        "--window",
+        "10m",
+        "--json",
+        other.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let refused = run(&["simulate", "--merge", &results[0], other.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("other.json") && stderr.contains("do not merge"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn output_to_a_closed_pipe_ends_quietly() {
     // As `secondhit simulate | head -0`: the reader is gone before anything is written.
     for args in [

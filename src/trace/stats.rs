@@ -11,7 +11,7 @@ use std::time::Duration;
 /// A trace's summary. Definitions follow `traces/README.md`: an object is a distinct key; a
 /// one-hit wonder is an object requested exactly once; the working set is the sum of the
 /// objects' sizes at their first request.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct TraceStats {
     /// Requests read.
     pub requests: u64,
