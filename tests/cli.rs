@@ -12,6 +12,16 @@ fn run(args: &[&str]) -> Output {
         .expect("run secondhit")
 }
 
+/// Held by the tests that run a server child and by the one that runs GNU parallel: with
+/// parallel running beside them, those children were seen to die right after printing their
+/// addresses (connection refused) in about one run in three, even with parallel in a process
+/// group of its own; the cause is not understood yet, so they take turns.
+static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn children_turn() -> std::sync::MutexGuard<'static, ()> {
+    CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn stdout_json(out: &Output) -> serde_json::Value {
     assert!(
         out.status.success(),
@@ -275,6 +285,7 @@ fn an_undersized_filter_is_named_and_auto_sizes_it() {
 
 #[test]
 fn a_planned_sweep_merged_equals_one_run() {
+    let _turn = children_turn();
     let dir = std::env::temp_dir().join(format!("secondhit-plan-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let sweep = [
@@ -297,9 +308,13 @@ fn a_planned_sweep_merged_equals_one_run() {
         .output()
         .is_ok_and(|o| o.status.success());
     let ran = if parallel {
+        // In a process group of its own: GNU parallel signals its group as it ends, which
+        // would reach the servers other tests run beside this one.
+        use std::os::unix::process::CommandExt;
         Command::new("sh")
             .arg("-c")
             .arg(format!("parallel < {}", dir.join("jobs.txt").display()))
+            .process_group(0)
             .output()
             .unwrap()
     } else {
@@ -442,6 +457,7 @@ fn simulate_saves_a_warmed_filter_that_serve_loads() {
 
 #[test]
 fn sighup_reloads_the_configuration_file() {
+    let _turn = children_turn();
     use std::io::BufRead;
     let file = std::env::temp_dir().join(format!("secondhit-sighup-{}.toml", std::process::id()));
     std::fs::write(
@@ -508,6 +524,7 @@ fn sighup_reloads_the_configuration_file() {
 #[cfg(unix)]
 #[test]
 fn sigusr1_reopens_the_access_log_for_rotation() {
+    let _turn = children_turn();
     use std::io::{BufRead, Read, Write};
     let dir = std::env::temp_dir().join(format!("secondhit-usr1-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
