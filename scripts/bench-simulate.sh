@@ -3,6 +3,10 @@
 # same run; whole processes, trace reading included. Also checks that both LRUs agree.
 #
 # usage: scripts/bench-simulate.sh        (needs: cargo, python3; installs libcachesim with pip)
+#        SCALE=1 scripts/bench-simulate.sh
+#          production scale instead: 30 M requests / 17 M objects (720 MB on disk) and
+#          200 M requests (4.8 GB), LRU at 1 %, wall time, M req/s and peak RSS of each process
+#          (/usr/bin/time), secondhit against libCacheSim; SCALE_REQUESTS="30000000" picks sizes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=target/bench-simulate
@@ -10,6 +14,32 @@ mkdir -p "$out"
 python3 -c 'import libcachesim' 2>/dev/null || pip install --quiet libcachesim
 cargo build --release --quiet
 bin=target/release/secondhit
+
+if [ -n "${SCALE:-}" ]; then
+  command -v /usr/bin/time >/dev/null || { apt-get update -qq && apt-get install -y -qq time >/dev/null; }
+  printf '| trace | requests | objects | tool | hit ratio | wall s | M req/s | peak RSS MB |\n|---|---:|---:|---|---:|---:|---:|---:|\n'
+  for n in ${SCALE_REQUESTS:-30000000 200000000}; do
+    trace=$out/scale-$n.oracleGeneral.bin
+    # The issue's trace: 10 % as many objects as requests, Zipf 0.9, half of the requests one-time.
+    [ -f "$trace" ] || $bin gen-trace --out "$trace" --requests "$n" --objects $((n / 10)) \
+      --alpha 0.9 --one-time-share 0.5 --seed 7 >/dev/null
+    stats=$($bin trace-stats "$trace" --json)
+    cap=$(echo "$stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["working_set_bytes"] // 100)')
+    objects=$(echo "$stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["objects"])')
+    measure() {  # prints: wall seconds, peak RSS in MB, then the tool's stdout
+      /usr/bin/time -f '%e %M' -o "$out/time.txt" "$@" > "$out/stdout.txt"
+      read -r wall kb < "$out/time.txt"
+      echo "$wall $((kb / 1024))"
+    }
+    read -r wall mb <<<"$(measure $bin simulate --trace "$trace" --policy admit-all --capacity "$cap" --json -)"
+    hr=$(python3 -c 'import json; r=json.load(open("'"$out"'/stdout.txt"))["results"][0]; print("%.4f %%" % (r["hit_ratio"]*100))')
+    printf '| %s | %s | %s | secondhit | %s | %s | %.1f | %s |\n' "$(basename "$trace")" "$n" "$objects" "$hr" "$wall" "$(python3 -c "print($n/$wall/1e6)")" "$mb"
+    read -r wall mb <<<"$(measure python3 scripts/libcachesim_lru.py "$trace" "$cap")"
+    hr=$(python3 -c 'import json; r=json.load(open("'"$out"'/stdout.txt")); print("%.4f %%" % (r["hit_ratio"]*100))')
+    printf '| %s | %s | %s | libCacheSim | %s | %s | %.1f | %s |\n' "$(basename "$trace")" "$n" "$objects" "$hr" "$wall" "$(python3 -c "print($n/$wall/1e6)")" "$mb"
+  done
+  exit 0
+fi
 
 # The two traces both tools can read: libCacheSim's own oracleGeneral sample and a 10-million
 # request synthetic trace in the same format.

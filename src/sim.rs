@@ -494,7 +494,11 @@ pub fn run(
         groups[i % threads].push((i, r));
     }
 
-    progress.begin("simulating", first_pass.as_ref().map(|s| s.requests));
+    let total = first_pass.as_ref().map(|s| s.requests).or_else(|| {
+        let known = source.request_count_hint()?;
+        Some(options.limit.map_or(known, |l| l.min(known)))
+    });
+    progress.begin("simulating", total);
     let collect_summary = first_pass.is_none();
     let (results, summary, admission_state) = std::thread::scope(|scope| -> Result<_, SimError> {
         let mut senders = Vec::new();

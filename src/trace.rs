@@ -277,6 +277,21 @@ impl Source {
         }
     }
 
+    /// How many requests it holds, when that is known without reading it: an uncompressed
+    /// oracleGeneral file is 24 bytes a request. (For progress bars: an ETA from the start.)
+    pub fn request_count_hint(&self) -> Option<u64> {
+        let path = self.path.as_deref()?;
+        let format = self.format.clone().or_else(|| Format::detect(path))?;
+        let compressed = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "gz" | "xz" | "bz2" | "zst"));
+        match format {
+            Format::OracleGeneral if !compressed => Some(std::fs::metadata(path).ok()?.len() / 24),
+            _ => None,
+        }
+    }
+
     /// Opens it from the start.
     pub fn open(&self) -> Result<Reader, TraceError> {
         match &self.path {
@@ -452,6 +467,23 @@ pub(crate) fn field_u64(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_uncompressed_oracle_general_file_tells_its_request_count() {
+        let dir = std::env::temp_dir().join(format!("secondhit-hint-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("t.oracleGeneral.bin");
+        std::fs::write(&plain, [0u8; 72]).unwrap();
+        assert_eq!(Source::file(&plain, None).request_count_hint(), Some(3));
+        let zst = dir.join("t.oracleGeneral.bin.zst");
+        std::fs::write(&zst, [0u8; 72]).unwrap();
+        assert_eq!(Source::file(&zst, None).request_count_hint(), None);
+        let text = dir.join("t.tr");
+        std::fs::write(&text, "1 2 3\n").unwrap();
+        assert_eq!(Source::file(&text, None).request_count_hint(), None);
+        assert_eq!(Source::bundled(None).request_count_hint(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn detects_formats_from_names() {
