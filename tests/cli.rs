@@ -22,6 +22,34 @@ fn children_turn() -> std::sync::MutexGuard<'static, ()> {
     CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A child's stderr, line by line, read on a thread of its own.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// What follows `marker` up to `end` on the first line that has it (20 s at most).
+fn wait_for(lines: &std::sync::mpsc::Receiver<String>, marker: &str, end: char) -> String {
+    loop {
+        let line = lines
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no line with {marker:?}"));
+        if let Some(rest) = line.split(marker).nth(1) {
+            return rest.split(end).next().unwrap_or_default().to_string();
+        }
+    }
+}
+
 fn stdout_json(out: &Output) -> serde_json::Value {
     assert!(
         out.status.success(),
@@ -458,7 +486,6 @@ fn simulate_saves_a_warmed_filter_that_serve_loads() {
 #[test]
 fn sighup_reloads_the_configuration_file() {
     let _turn = children_turn();
-    use std::io::BufRead;
     let file = std::env::temp_dir().join(format!("secondhit-sighup-{}.toml", std::process::id()));
     std::fs::write(
         &file,
@@ -471,24 +498,8 @@ fn sighup_reloads_the_configuration_file() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let admin = loop {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(20))
-            .expect("serve printed its addresses");
-        if let Some(rest) = line.split("(admin http://").nth(1) {
-            break rest.split('/').next().unwrap().to_string();
-        }
-    };
+    let rx = stderr_lines(&mut child);
+    let admin = wait_for(&rx, "(admin http://", '/');
     let metrics = |admin: &str| {
         let mut s = std::net::TcpStream::connect(admin).unwrap();
         use std::io::{Read, Write};
@@ -525,7 +536,7 @@ fn sighup_reloads_the_configuration_file() {
 #[test]
 fn sigusr1_reopens_the_access_log_for_rotation() {
     let _turn = children_turn();
-    use std::io::{BufRead, Read, Write};
+    use std::io::{Read, Write};
     let dir = std::env::temp_dir().join(format!("secondhit-usr1-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -547,24 +558,8 @@ fn sigusr1_reopens_the_access_log_for_rotation() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let addr = loop {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(20))
-            .expect("serve printed its addresses");
-        if let Some(rest) = line.split("serving on http://").nth(1) {
-            break rest.split(' ').next().unwrap().to_string();
-        }
-    };
+    let rx = stderr_lines(&mut child);
+    let addr = wait_for(&rx, "serving on http://", ' ');
     // The origin refuses connections: every request is a logged 502.
     let get = |n: usize| {
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
