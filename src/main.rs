@@ -874,7 +874,7 @@ fn undersized_filters(report: &sim::Report) -> Vec<String> {
                 units::count(rotations),
                 units::count(report.settings.expected_items),
                 units::count(keys),
-                sim::suggested_expected_items(keys),
+                Settings::expected_items_for(keys),
             )
         })
         .collect()

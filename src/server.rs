@@ -372,7 +372,7 @@ async fn warn_of_an_undersized_filter(
                 tracing::warn!(
                     rotations_on_count = st.rotations_on_count,
                     keys_per_window = st.keys_per_window,
-                    suggested_expected_items = crate::sim::suggested_expected_items(st.keys_per_window),
+                    suggested_expected_items = crate::admission::Settings::expected_items_for(st.keys_per_window),
                     "the admission filter filled before its window ended: sightings are forgotten early; raise admission.expected_items"
                 );
                 warned = Some(tokio::time::Instant::now());

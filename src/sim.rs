@@ -104,7 +104,7 @@ pub struct Options {
     pub keep_state: bool,
     /// Size the filters from the trace (`--expected-items auto`): a pass first counts the
     /// distinct keys of each window, and `settings.expected_items` becomes what the busiest one
-    /// needs ([`suggested_expected_items`]).
+    /// needs ([`Settings::expected_items_for`]).
     pub auto_expected_items: bool,
 }
 
@@ -124,15 +124,6 @@ impl Default for Options {
             auto_expected_items: false,
         }
     }
-}
-
-/// The `expected_items` that fits `keys` distinct keys a window with room to spare: a quarter
-/// more, rounded up to two significant digits (3,456,789 -> 4,400,000), at least 1,000.
-pub fn suggested_expected_items(keys: u64) -> u64 {
-    let want = keys.saturating_add(keys / 4).max(1_000);
-    let digits = want.ilog10();
-    let unit = 10u64.pow(digits.saturating_sub(1));
-    want.div_ceil(unit).saturating_mul(unit)
 }
 
 /// The most distinct keys any window of `window` holds in `requests` (windows on a grid from the
@@ -339,6 +330,7 @@ impl Runner {
     fn finish(self) -> RunResult {
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let approx = self.shadow.is_some();
+        let stats = self.admission.stats();
         RunResult {
             policy: self.spec.policy.to_string(),
             eviction: self.spec.eviction.to_string(),
@@ -354,9 +346,9 @@ impl Runner {
             admitted_bytes: self.admitted_bytes,
             origin_bytes: self.requested_bytes - self.hit_bytes,
             store_rejections: self.rejections,
-            rotations: self.admission.stats().rotations,
-            rotations_on_count: self.admission.stats().rotations_on_count,
-            keys_per_window: self.admission.stats().keys_per_window,
+            rotations: stats.rotations,
+            rotations_on_count: stats.rotations_on_count,
+            keys_per_window: stats.keys_per_window,
             approx_extra_admissions: approx.then_some(self.extra),
             approx_missed_admissions: approx.then_some(self.missed),
             requests_per_sec: self.requests as f64 / self.busy.as_secs_f64().max(1e-9),
@@ -443,7 +435,7 @@ pub fn run(
         });
         let keys = max_keys_per_window(counted, settings.window)?;
         progress.end();
-        settings.expected_items = suggested_expected_items(keys);
+        settings.expected_items = Settings::expected_items_for(keys);
     }
     // A first pass only when capacities depend on the working set.
     let first_pass = match &options.capacities {
@@ -620,14 +612,6 @@ pub fn run(
 mod tests {
     use super::*;
     use crate::KeyHash;
-
-    #[test]
-    fn expected_items_are_suggested_with_room_and_round_figures() {
-        assert_eq!(suggested_expected_items(0), 1_000);
-        assert_eq!(suggested_expected_items(40_800), 51_000);
-        assert_eq!(suggested_expected_items(3_456_789), 4_400_000);
-        assert_eq!(suggested_expected_items(u64::MAX), u64::MAX);
-    }
 
     #[test]
     fn keys_are_counted_per_window_on_a_grid_from_the_first_request() {

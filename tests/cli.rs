@@ -22,6 +22,16 @@ fn children_turn() -> std::sync::MutexGuard<'static, ()> {
     CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Sends `sig` (e.g. `-HUP`) to `child` with the shell's own `kill` (a fresh machine may have
+/// no kill program; every machine has `sh`).
+fn signal(child: &std::process::Child, sig: &str) -> std::process::ExitStatus {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill {sig} {}", child.id()))
+        .status()
+        .expect("run sh")
+}
+
 /// A child's stderr, line by line, read on a thread of its own.
 fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
     use std::io::BufRead;
@@ -510,12 +520,7 @@ fn sighup_reloads_the_configuration_file() {
         out
     };
     assert!(metrics(&admin).contains("secondhit_config_reloads_total{result=\"ok\"} 0"));
-    let kill = |sig: &str| {
-        std::process::Command::new("kill")
-            .args([sig, &child.id().to_string()])
-            .status()
-            .unwrap()
-    };
+    let kill = |sig: &str| signal(&child, sig);
     assert!(kill("-HUP").success());
     let mut reloaded = false;
     for _ in 0..100 {
@@ -580,12 +585,7 @@ fn sigusr1_reopens_the_access_log_for_rotation() {
     get(0);
     let rotated = dir.join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
-    let kill = |sig: &str| {
-        std::process::Command::new("kill")
-            .args([sig, &child.id().to_string()])
-            .status()
-            .unwrap()
-    };
+    let kill = |sig: &str| signal(&child, sig);
     assert!(kill("-USR1").success());
     // The signal is handled asynchronously: request until a line lands in the new file.
     let mut sent = 1;

@@ -22,6 +22,27 @@ const NOT_MODIFIED_HEADERS: [header::HeaderName; 8] = [
     header::AGE,
 ];
 
+/// Whether a conditional `request` is answered 304 by `obj`. The validators are looked up only
+/// for a conditional request (each is a search of the stored fields).
+fn is_not_modified(obj: &CachedObject, request: &HeaderMap) -> bool {
+    if !request.contains_key(header::IF_NONE_MATCH)
+        && !request.contains_key(header::IF_MODIFIED_SINCE)
+    {
+        return false;
+    }
+    // RFC 9111 §4.3.2: without a Last-Modified, If-Modified-Since is judged against the stored
+    // response's Date.
+    let modified = obj
+        .headers
+        .get(&header::LAST_MODIFIED)
+        .or_else(|| obj.headers.get(&header::DATE));
+    not_modified(
+        request,
+        obj.headers.get(&header::ETAG).as_ref(),
+        modified.as_ref(),
+    )
+}
+
 /// The response to `method` with `request` headers from `obj` at `now`, and its Cache-Status.
 pub fn serve(
     obj: &CachedObject,
@@ -31,19 +52,7 @@ pub fn serve(
 ) -> (Response<ProxyBody>, CacheStatus) {
     let status = CacheStatus::hit(obj.ttl(now));
     let age = HeaderValue::from(obj.age(now).as_secs());
-    // RFC 9111 §4.3.2: without a Last-Modified, If-Modified-Since is judged against the stored
-    // response's Date.
-    let modified = obj
-        .headers
-        .get(&header::LAST_MODIFIED)
-        .or_else(|| obj.headers.get(&header::DATE));
-    if obj.status == StatusCode::OK
-        && not_modified(
-            request,
-            obj.headers.get(&header::ETAG).as_ref(),
-            modified.as_ref(),
-        )
-    {
+    if obj.status == StatusCode::OK && is_not_modified(obj, request) {
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         let h = r.headers_mut();

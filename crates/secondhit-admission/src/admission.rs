@@ -308,6 +308,16 @@ impl Settings {
     /// Default target false-positive rate: 1 %.
     pub const DEFAULT_FPR: f64 = 0.01;
 
+    /// The `expected_items` that fits `keys` distinct keys a window with room to spare: a
+    /// quarter more, rounded up to two significant digits (3,456,789 -> 4,400,000), at least
+    /// 1,000. What `simulate --expected-items auto` picks and the undersized-filter warnings
+    /// suggest (from [`Stats::keys_per_window`]).
+    pub fn expected_items_for(keys: u64) -> u64 {
+        let want = keys.saturating_add(keys / 4).max(1_000);
+        let unit = 10u64.pow(want.ilog10().saturating_sub(1));
+        want.div_ceil(unit).saturating_mul(unit)
+    }
+
     /// The parameters of one generation's filter.
     pub fn filter_params(&self) -> Result<Params, ParamError> {
         Params::for_rate(self.expected_items, self.fpr, self.layout)
@@ -384,6 +394,14 @@ impl Admission for AdmitAll {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expected_items_are_suggested_with_room_and_round_figures() {
+        assert_eq!(Settings::expected_items_for(0), 1_000);
+        assert_eq!(Settings::expected_items_for(40_800), 51_000);
+        assert_eq!(Settings::expected_items_for(3_456_789), 4_400_000);
+        assert_eq!(Settings::expected_items_for(u64::MAX), u64::MAX);
+    }
 
     #[test]
     fn policy_names_round_trip() {
