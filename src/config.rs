@@ -142,6 +142,24 @@ fn de_ttl<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error>
     }
 }
 
+fn de_moka_eviction<'de, D: Deserializer<'de>>(d: D) -> Result<Eviction, D::Error> {
+    parse_moka_eviction(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+/// An eviction the proxy's moka store has (`lru`, `tinylfu`); the simulator's others are named
+/// as such.
+pub fn parse_moka_eviction(s: &str) -> Result<Eviction, String> {
+    let e: Eviction = s.parse()?;
+    if e.is_moka() {
+        Ok(e)
+    } else {
+        Err(format!(
+            "eviction {e} exists only in the simulator's exact store (simulate --eviction {e}); \
+             the proxy's moka store has lru and tinylfu"
+        ))
+    }
+}
+
 fn de_opt_origin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OriginUrl>, D::Error> {
     de_parse(d).map(Some)
 }
@@ -260,7 +278,8 @@ pub struct CacheConfig {
     #[serde(deserialize_with = "de_opt_bytes")]
     pub max_object_size: Option<u64>,
     /// moka's eviction policy: `lru`, or `tinylfu` (which stacks moka's own frequency filter on
-    /// top of the admission policy).
+    /// top of the admission policy). The simulator's other evictions are refused here.
+    #[serde(deserialize_with = "de_moka_eviction")]
     pub eviction: Eviction,
     /// Freshness for cacheable responses without `max-age`, `s-maxage` or `Expires`: `none`
     /// (do not store them) or a duration.
@@ -717,7 +736,7 @@ pub struct Overrides {
     #[arg(long)]
     pub fpr: Option<f64>,
     /// moka eviction: lru or tinylfu.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_moka_eviction)]
     pub eviction: Option<Eviction>,
     /// Log level: error, warn, info, debug, trace (RUST_LOG overrides).
     #[arg(long)]

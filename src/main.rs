@@ -53,6 +53,11 @@ enum Command {
     ///
     /// Example: secondhit trace-stats traces/request.trace.xz
     TraceStats(TraceStatsArgs),
+    /// Rewrite any readable trace as libCacheSim's oracleGeneral, with next-access times, so that
+    /// other tools (libCacheSim, `simulate --eviction belady`) see the same objects.
+    ///
+    /// Example: secondhit trace-convert traces/request.trace.xz --out /tmp/web.oracleGeneral.bin
+    TraceConvert(TraceConvertArgs),
     /// Write a seeded synthetic trace (Zipf popularity, one-time objects, sized objects).
     ///
     /// Example: secondhit gen-trace --out /tmp/zipf.tr --requests 10000000
@@ -111,6 +116,20 @@ struct TraceStatsArgs {
     /// Print one JSON object instead of the text report.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct TraceConvertArgs {
+    /// The trace file (compressed or not), in any format `simulate` reads.
+    file: PathBuf,
+    #[command(flatten)]
+    input: TraceInput,
+    /// The oracleGeneral file to write (".gz" or ".zst" at the end compresses it). Objects are
+    /// numbered densely from 0 in first-seen order by the source's key rule; each record carries
+    /// the index of the same object's next request (-1: never). Holds 8 bytes per request and
+    /// one map entry per object in memory while it runs.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -217,10 +236,13 @@ struct SimulateArgs {
         default_value = "admit-all,second-hit,second-hit-exact"
     )]
     policy: Vec<Policy>,
-    /// Eviction policies, comma-separated: lru, tinylfu (tinylfu needs --store moka).
+    /// Eviction policies, comma-separated. The exact store: lru, fifo, clock, sieve, s3fifo, arc,
+    /// wtinylfu, lfu, belady, belady-size (each libCacheSim 0.3.5's, with its defaults); moka's
+    /// store (--store moka): lru, tinylfu.
     #[arg(long, value_delimiter = ',', default_value = "lru")]
     eviction: Vec<Eviction>,
-    /// Store: exact (a fast exact LRU) or moka (the proxy's store, exact maintenance).
+    /// Store: exact (every eviction but tinylfu, exact against libCacheSim) or moka (the proxy's
+    /// store, exact maintenance: lru and tinylfu).
     #[arg(long, default_value = "exact")]
     store: StoreKind,
     /// Cache sizes, comma-separated, in bytes or with a unit (64MiB, 2GB); objects for traces
@@ -916,6 +938,37 @@ fn create_output(path: &Path) -> anyhow::Result<Box<dyn Write>> {
     })
 }
 
+fn trace_convert(args: TraceConvertArgs) -> anyhow::Result<()> {
+    let format = args.input.format()?;
+    let source = trace::Source::file(&args.file, format);
+    let next = trace::convert::next_accesses(source.open()?)?;
+    let mut out = create_output(&args.out)?;
+    let done =
+        trace::convert::to_oracle_general(source.open()?, &next, &mut out).with_context(|| {
+            format!(
+                "converting {} to {}",
+                args.file.display(),
+                args.out.display()
+            )
+        })?;
+    out.flush()
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    drop(out);
+    eprintln!(
+        "wrote {} requests of {} objects to {}",
+        secondhit::units::count(done.requests),
+        secondhit::units::count(done.objects),
+        args.out.display()
+    );
+    if done.clamped_sizes > 0 {
+        eprintln!(
+            "warning: {} requests were larger than 4 GiB and were written as 4 GiB - 1 (the format's u32)",
+            secondhit::units::count(done.clamped_sizes)
+        );
+    }
+    Ok(())
+}
+
 fn gen_trace(args: GenTraceArgs) -> anyhow::Result<()> {
     let format = match args.format.as_deref() {
         Some("webcachesim") => synth::OutputFormat::Webcachesim,
@@ -979,6 +1032,7 @@ fn main() -> ExitCode {
         Command::Origin(args) => origin(args),
         Command::Replay(args) => replay(args),
         Command::GenTrace(args) => gen_trace(args),
+        Command::TraceConvert(args) => trace_convert(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

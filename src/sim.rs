@@ -17,7 +17,7 @@ mod report;
 pub use plot::{plot_svg, PlotError};
 
 use crate::admission::{Admission, Policy, PolicyError, Settings};
-use crate::store::{Eviction, ExactLru, MokaStore, SimStore, StoreKind};
+use crate::store::{self, Access, Eviction, MokaStore, SimStore, StoreKind};
 use crate::trace::stats::{self, Collector, TraceStats};
 use crate::trace::{Request, Source, TraceError};
 use serde::Serialize;
@@ -43,6 +43,9 @@ pub enum SimError {
     /// `tinylfu` asked of the exact store.
     #[error("eviction tinylfu exists only in the moka store: add --store moka, or use lru")]
     TinyLfuNeedsMoka,
+    /// An eviction moka does not have asked of the moka store.
+    #[error("eviction {0} exists only in the exact store: leave out --store moka (moka has lru and tinylfu)")]
+    NeedsExactStore(Eviction),
     /// No capacity given.
     #[error("no capacity given")]
     NoCapacity,
@@ -160,8 +163,12 @@ impl Options {
         if self.evictions.is_empty() {
             return Err(SimError::NoEviction);
         }
-        if self.store == StoreKind::Exact && self.evictions.contains(&Eviction::TinyLfu) {
-            return Err(SimError::TinyLfuNeedsMoka);
+        for &e in &self.evictions {
+            match self.store {
+                StoreKind::Exact if !e.is_exact() => return Err(SimError::TinyLfuNeedsMoka),
+                StoreKind::Moka if !e.is_moka() => return Err(SimError::NeedsExactStore(e)),
+                _ => {}
+            }
         }
         match &self.capacities {
             Capacities::Bytes(v) if v.is_empty() => return Err(SimError::NoCapacity),
@@ -276,7 +283,9 @@ struct Runner {
 impl Runner {
     fn new(spec: RunSpec, settings: &Settings) -> Result<Runner, SimError> {
         let store: Box<dyn SimStore> = match spec.store {
-            StoreKind::Exact => Box::new(ExactLru::new(spec.capacity)),
+            StoreKind::Exact => {
+                store::exact(spec.eviction, spec.capacity).ok_or(SimError::TinyLfuNeedsMoka)?
+            }
             StoreKind::Moka => Box::new(MokaStore::new(spec.capacity, spec.eviction)),
         };
         let shadow = match spec.policy.exact_counterpart() {
@@ -302,12 +311,19 @@ impl Runner {
         })
     }
 
+    /// Request number `vtime` of the trace (from 0), whose key is next requested at `next`.
     #[inline]
-    fn step(&mut self, r: &Request) {
+    fn step(&mut self, r: &Request, vtime: u64, next: u64) {
         self.requests += 1;
         self.last_time = r.time;
         self.requested_bytes += r.size;
-        if self.store.get(r.key) {
+        let access = Access {
+            key: r.key,
+            size: r.size,
+            vtime,
+            next,
+        };
+        if self.store.get(&access) {
             self.hits += 1;
             self.hit_bytes += r.size;
             return;
@@ -321,7 +337,7 @@ impl Runner {
         if admit && r.size <= self.spec.capacity {
             self.admissions += 1;
             self.admitted_bytes += r.size;
-            if !self.store.put(r.key, r.size) {
+            if !self.store.put(&access) {
                 self.rejections += 1;
             }
         }
@@ -474,6 +490,22 @@ pub fn run(
         .iter()
         .map(|s| Runner::new(*s, &settings))
         .collect::<Result<Vec<_>, _>>()?;
+    // Belady's policies read each request's next access: one more pass computes them all.
+    let future: Option<Arc<Vec<u64>>> = if options.evictions.iter().any(|e| e.needs_future()) {
+        progress.begin("finding next accesses", None);
+        let mut n = 0u64;
+        let counted = open()?.inspect(|_| {
+            n += 1;
+            if n % 65_536 == 0 {
+                progress.advance(65_536);
+            }
+        });
+        let next = crate::trace::convert::next_accesses(counted)?;
+        progress.end();
+        Some(Arc::new(next))
+    } else {
+        None
+    };
 
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -498,15 +530,24 @@ pub fn run(
         for mut group in groups {
             let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(4);
             senders.push(tx);
+            let future = future.clone();
             handles.push(scope.spawn(move || {
+                let never = crate::trace::convert::NEVER;
+                let mut start = 0u64;
                 for chunk in rx {
+                    let next = future.as_deref().map(|f| {
+                        let from = usize::try_from(start).unwrap_or(usize::MAX).min(f.len());
+                        &f[from..]
+                    });
                     for (_, run) in group.iter_mut() {
                         let t = Instant::now();
-                        for r in chunk.iter() {
-                            run.step(r);
+                        for (j, r) in chunk.iter().enumerate() {
+                            let n = next.and_then(|n| n.get(j).copied()).unwrap_or(never);
+                            run.step(r, start + j as u64, n);
                         }
                         run.busy += t.elapsed();
                     }
+                    start += chunk.len() as u64;
                 }
                 group
             }));

@@ -6,17 +6,30 @@
 //! [`MokaStore`], which brings moka's batched maintenance to a fixed point so that its LRU is
 //! exact and its results do not depend on timing.
 
+mod arena;
+mod clock;
+mod fifo;
+mod lfu;
+mod lru;
+mod sieve;
+
+pub use clock::Clock;
+pub use fifo::Fifo;
+pub use lfu::Lfu;
+pub use lru::ExactLru;
+pub use sieve::Sieve;
+
 use crate::hash::{BuildFold, KeyHash};
 use moka::policy::EvictionPolicy;
 use moka::sync::{Cache, CacheBuilder};
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-/// moka's eviction policy, as on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// An eviction policy, as on the command line. `lru` and `tinylfu` are moka's (the proxy's
+/// store, and the simulator's `--store moka`); the others exist in the simulator's exact store
+/// only, each exact against libCacheSim 0.3.5 with its defaults (see `store/`'s files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Eviction {
     /// Least recently used.
     Lru,
@@ -24,15 +37,75 @@ pub enum Eviction {
     /// itself an admission policy: stacked on `second-hit` it can refuse what the Bloom filter
     /// admitted (counted as store rejections).
     TinyLfu,
+    /// First in, first out: a hit changes nothing.
+    Fifo,
+    /// CLOCK (second chance) with a 1-bit reference counter.
+    Clock,
+    /// SIEVE: a FIFO queue with a visited bit and a hand that moves from the tail.
+    Sieve,
+    /// S3-FIFO: a small FIFO (10 %), a main FIFO and a ghost FIFO of evicted keys.
+    S3Fifo,
+    /// ARC: adaptive replacement between a recency and a frequency list, with ghost lists.
+    Arc,
+    /// Caffeine's W-TinyLFU: a 1 % LRU window in front of a segmented LRU, with a count-min
+    /// sketch deciding between the window's and the main cache's victims.
+    WTinyLfu,
+    /// Least frequently used (ties: the least recently used of the least frequent).
+    Lfu,
+    /// Belady's MIN: evicts the object whose next request is farthest (offline optimal for
+    /// objects of one size).
+    Belady,
+    /// Belady by next-access distance times size (an offline bound for sized objects).
+    BeladySize,
 }
 
 impl Eviction {
-    /// `"lru"` or `"tinylfu"`.
+    /// Every eviction policy, in the order `--eviction all` runs them.
+    pub const ALL: [Eviction; 11] = [
+        Eviction::Lru,
+        Eviction::TinyLfu,
+        Eviction::Fifo,
+        Eviction::Clock,
+        Eviction::Sieve,
+        Eviction::S3Fifo,
+        Eviction::Arc,
+        Eviction::WTinyLfu,
+        Eviction::Lfu,
+        Eviction::Belady,
+        Eviction::BeladySize,
+    ];
+
+    /// The name on the command line, in reports and in metric labels.
     pub const fn as_str(self) -> &'static str {
         match self {
             Eviction::Lru => "lru",
             Eviction::TinyLfu => "tinylfu",
+            Eviction::Fifo => "fifo",
+            Eviction::Clock => "clock",
+            Eviction::Sieve => "sieve",
+            Eviction::S3Fifo => "s3fifo",
+            Eviction::Arc => "arc",
+            Eviction::WTinyLfu => "wtinylfu",
+            Eviction::Lfu => "lfu",
+            Eviction::Belady => "belady",
+            Eviction::BeladySize => "belady-size",
         }
+    }
+
+    /// Whether moka has it (the proxy's store can use it).
+    pub const fn is_moka(self) -> bool {
+        matches!(self, Eviction::Lru | Eviction::TinyLfu)
+    }
+
+    /// Whether the exact store has it (every policy but moka's `tinylfu`).
+    pub const fn is_exact(self) -> bool {
+        !matches!(self, Eviction::TinyLfu)
+    }
+
+    /// Whether it reads the future (each request's next access), so that the simulator must
+    /// compute next-access times first.
+    pub const fn needs_future(self) -> bool {
+        matches!(self, Eviction::Belady | Eviction::BeladySize)
     }
 }
 
@@ -45,13 +118,35 @@ impl fmt::Display for Eviction {
 impl FromStr for Eviction {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "lru" => Ok(Eviction::Lru),
-            "tinylfu" | "tiny-lfu" => Ok(Eviction::TinyLfu),
-            other => Err(format!(
-                "unknown eviction {other:?}: expected lru or tinylfu"
-            )),
-        }
+        let s = s.trim();
+        let alias = match s {
+            "tiny-lfu" => Some(Eviction::TinyLfu),
+            "s3-fifo" => Some(Eviction::S3Fifo),
+            "w-tinylfu" => Some(Eviction::WTinyLfu),
+            _ => None,
+        };
+        alias
+            .or_else(|| Eviction::ALL.into_iter().find(|e| e.as_str() == s))
+            .ok_or_else(|| {
+                let names: Vec<&str> = Eviction::ALL.iter().map(|e| e.as_str()).collect();
+                format!(
+                    "unknown eviction {s:?}: expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl serde::Serialize for Eviction {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Eviction {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -105,199 +200,65 @@ where
     Cache::builder()
         .max_capacity(capacity_bytes)
         .eviction_policy(match eviction {
-            Eviction::Lru => EvictionPolicy::lru(),
             Eviction::TinyLfu => EvictionPolicy::tiny_lfu(),
+            // The others are refused before a moka store is built (the config's and the
+            // simulator's validation); LRU is moka's other policy.
+            _ => EvictionPolicy::lru(),
         })
 }
 
+/// One request as a simulated store sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// The object.
+    pub key: KeyHash,
+    /// Its size in this request, in bytes.
+    pub size: u64,
+    /// This request's index in the trace, from 0 (virtual time).
+    pub vtime: u64,
+    /// The index of the next request for the same key, or
+    /// [`NEVER`](crate::trace::convert::NEVER); only computed when a run's eviction
+    /// [needs the future](Eviction::needs_future), `NEVER` otherwise.
+    pub next: u64,
+}
+
+impl Access {
+    /// A request with no known future (`next` is `NEVER`).
+    pub fn new(key: KeyHash, size: u64, vtime: u64) -> Access {
+        Access {
+            key,
+            size,
+            vtime,
+            next: crate::trace::convert::NEVER,
+        }
+    }
+}
+
 /// What the simulator needs of a store. Sizes are bytes; an object larger than the capacity is
-/// never stored.
+/// never stored. Every request is a [`get`](SimStore::get); a miss the admission policy admits
+/// is then a [`put`](SimStore::put) of the same request (libCacheSim's order: lookup, admission,
+/// insertion).
 pub trait SimStore: Send {
-    /// Looks the key up; a hit counts as a use (for LRU, it becomes most recent).
-    fn get(&mut self, key: KeyHash) -> bool;
+    /// Looks the object up; a hit counts as a use (for LRU, it becomes most recent). A hit does
+    /// not change the stored size.
+    fn get(&mut self, req: &Access) -> bool;
     /// Stores a missed object, evicting as needed. Returns whether it is in the store afterwards
-    /// (TinyLFU may refuse it).
-    fn put(&mut self, key: KeyHash, size: u64) -> bool;
+    /// (moka's TinyLFU, or a policy's own rule, may refuse it).
+    fn put(&mut self, req: &Access) -> bool;
     /// Bytes stored.
     fn used_bytes(&self) -> u64;
 }
 
-/// An exact LRU with byte capacity: evicts least recently used objects until the new one fits.
-/// A hit does not change an object's stored size.
-///
-/// The recency list lives in one arena of slots linked by index, and the index maps a key to its
-/// slot with the key stored inline. `perf` on a 30 M-request trace showed the `lru` crate's
-/// layout (a heap node per object, the map comparing keys through the node's pointer) spending
-/// its time in cache misses on every lookup and eviction, and in the allocator.
-pub struct ExactLru {
-    index: HashMap<u128, u32, BuildFold>,
-    nodes: Vec<Node>,
-    /// Slots of evicted objects, reused before the arena grows.
-    free: Vec<u32>,
-    /// Most recently used, or [`NIL`].
-    head: u32,
-    /// Least recently used, or [`NIL`].
-    tail: u32,
-    capacity: u64,
-    used: u64,
-}
-
-const NIL: u32 = u32::MAX;
-
-/// One stored object: its key (to unindex it on eviction), size and neighbours.
-#[derive(Clone, Copy)]
-struct Node {
-    key: u128,
-    size: u64,
-    /// Towards the most recently used.
-    prev: u32,
-    /// Towards the least recently used.
-    next: u32,
-}
-
-impl ExactLru {
-    /// An empty store of `capacity` bytes.
-    pub fn new(capacity: u64) -> Self {
-        ExactLru {
-            index: HashMap::with_hasher(BuildFold::default()),
-            nodes: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
-            capacity,
-            used: 0,
-        }
-    }
-
-    fn unlink(&mut self, i: u32) {
-        let Node { prev, next, .. } = self.nodes[i as usize];
-        match prev {
-            NIL => self.head = next,
-            p => self.nodes[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.nodes[n as usize].prev = prev,
-        }
-    }
-
-    fn push_front(&mut self, i: u32) {
-        let old = self.head;
-        let node = &mut self.nodes[i as usize];
-        node.prev = NIL;
-        node.next = old;
-        match old {
-            NIL => self.tail = i,
-            h => self.nodes[h as usize].prev = i,
-        }
-        self.head = i;
-    }
-
-    /// Removes slot `i`'s object (its slot is reused later).
-    fn remove(&mut self, i: u32) {
-        self.unlink(i);
-        let node = self.nodes[i as usize];
-        self.index.remove(&node.key);
-        self.used -= node.size;
-        self.free.push(i);
-    }
-
-    /// Objects stored.
-    pub fn len(&self) -> usize {
-        self.index.len()
-    }
-
-    /// Whether nothing is stored.
-    pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
-    }
-}
-
-impl SimStore for ExactLru {
-    #[inline]
-    fn get(&mut self, key: KeyHash) -> bool {
-        match self.index.get(&key.raw()) {
-            Some(&i) => {
-                if self.head != i {
-                    self.unlink(i);
-                    self.push_front(i);
-                }
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn put(&mut self, key: KeyHash, size: u64) -> bool {
-        if size > self.capacity {
-            return false;
-        }
-        let key = key.raw();
-        if let Some(&i) = self.index.get(&key) {
-            self.remove(i);
-        }
-        while self.used + size > self.capacity && self.tail != NIL {
-            self.remove(self.tail);
-        }
-        let node = Node {
-            key,
-            size,
-            prev: NIL,
-            next: NIL,
-        };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.nodes[i as usize] = node;
-                i
-            }
-            None => {
-                // Slots are u32 indices: a store of 4 billion objects is past any trace here.
-                let i = u32::try_from(self.nodes.len()).unwrap_or(NIL - 1);
-                self.nodes.push(node);
-                i
-            }
-        };
-        self.push_front(i);
-        self.index.insert(key, i);
-        self.used += size;
-        true
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.used
-    }
-}
-
-#[cfg(test)]
-mod lru_tests {
-    use super::*;
-
-    #[test]
-    fn evicts_least_recently_used_by_bytes_and_reuses_slots() {
-        let k = KeyHash::of_u64;
-        let mut s = ExactLru::new(10);
-        assert!(s.put(k(1), 4) && s.put(k(2), 4));
-        assert!(s.get(k(1))); // 1 is now the most recent
-        assert!(s.put(k(3), 4)); // 12 > 10: evicts 2, the least recent
-        assert!(!s.get(k(2)) && s.get(k(1)) && s.get(k(3)));
-        assert_eq!((s.len(), s.used_bytes()), (2, 8));
-        // Too large for the whole store: refused, nothing evicted.
-        assert!(!s.put(k(4), 11));
-        assert_eq!(s.len(), 2);
-        // Exactly the capacity: everything else goes.
-        assert!(s.put(k(5), 10));
-        assert_eq!((s.len(), s.used_bytes()), (1, 10));
-        assert!(s.get(k(5)) && !s.get(k(1)) && !s.get(k(3)));
-        // A key stored again replaces its old size.
-        assert!(s.put(k(5), 3) && s.put(k(6), 7));
-        assert_eq!((s.len(), s.used_bytes()), (2, 10));
-        // Slots were reused: never more than the most objects held at once, plus one.
-        assert!(s.nodes.len() <= 3, "{} slots", s.nodes.len());
-        // Order from most to least recent: 6, 5.
-        assert!(s.put(k(7), 3)); // evicts 5
-        assert!(!s.get(k(5)) && s.get(k(6)) && s.get(k(7)));
-        assert!(!s.is_empty());
-    }
+/// The exact store of `eviction` with `capacity` bytes, or `None` for an eviction only moka has.
+pub fn exact(eviction: Eviction, capacity: u64) -> Option<Box<dyn SimStore>> {
+    Some(match eviction {
+        Eviction::Lru => Box::new(ExactLru::new(capacity)),
+        Eviction::Fifo => Box::new(Fifo::new(capacity)),
+        Eviction::Clock => Box::new(Clock::new(capacity)),
+        Eviction::Sieve => Box::new(Sieve::new(capacity)),
+        Eviction::Lfu => Box::new(Lfu::new(capacity)),
+        _ => return None,
+    })
 }
 
 /// A moka cache and, in lab mode, the maintenance that makes it exact: run to a fixed point after
@@ -380,16 +341,16 @@ impl MokaStore {
 }
 
 impl SimStore for MokaStore {
-    fn get(&mut self, key: KeyHash) -> bool {
-        self.store.get(&key.raw()).is_some()
+    fn get(&mut self, req: &Access) -> bool {
+        self.store.get(&req.key.raw()).is_some()
     }
 
-    fn put(&mut self, key: KeyHash, size: u64) -> bool {
-        if size > self.capacity || size > u64::from(u32::MAX) {
+    fn put(&mut self, req: &Access) -> bool {
+        if req.size > self.capacity || req.size > u64::from(u32::MAX) {
             return false;
         }
-        self.store.insert(key.raw(), size);
-        self.store.cache().contains_key(&key.raw())
+        self.store.insert(req.key.raw(), req.size);
+        self.store.cache().contains_key(&req.key.raw())
     }
 
     fn used_bytes(&self) -> u64 {
@@ -397,43 +358,114 @@ impl SimStore for MokaStore {
     }
 }
 
+/// Test helpers: drive a store by small integer keys.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Access, SimStore};
+    use crate::trace::convert::NEVER;
+    use crate::KeyHash;
+
+    /// A store driven request by request (each call one request of virtual time).
+    pub(crate) struct Driver<S> {
+        pub(crate) store: S,
+        vtime: u64,
+    }
+
+    impl<S: SimStore> Driver<S> {
+        pub(crate) fn new(store: S) -> Self {
+            Driver { store, vtime: 0 }
+        }
+
+        fn access(&mut self, key: u64, size: u64) -> Access {
+            let a = Access::new(KeyHash::of_u64(key), size, self.vtime);
+            self.vtime += 1;
+            a
+        }
+
+        /// A lookup of `key`.
+        pub(crate) fn get(&mut self, key: u64) -> bool {
+            let a = self.access(key, 1);
+            self.store.get(&a)
+        }
+
+        /// An insertion of `key` with `size` bytes.
+        pub(crate) fn put(&mut self, key: u64, size: u64) -> bool {
+            let a = self.access(key, size);
+            self.store.put(&a)
+        }
+    }
+
+    /// `(key, size)` requests replayed admit-all with their next accesses: each one's hit.
+    pub(crate) fn replay(store: &mut dyn SimStore, trace: &[(u64, u64)]) -> Vec<bool> {
+        let mut next = vec![NEVER; trace.len()];
+        let mut last = std::collections::HashMap::new();
+        for (i, &(k, _)) in trace.iter().enumerate() {
+            if let Some(p) = last.insert(k, i) {
+                next[p] = i as u64;
+            }
+        }
+        trace
+            .iter()
+            .enumerate()
+            .map(|(i, &(k, size))| {
+                let a = Access {
+                    key: KeyHash::of_u64(k),
+                    size,
+                    vtime: i as u64,
+                    next: next[i],
+                };
+                let hit = store.get(&a);
+                if !hit {
+                    store.put(&a);
+                }
+                hit
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn k(i: u64) -> KeyHash {
-        KeyHash::of_u64(i)
-    }
-
-    fn exercise(store: &mut dyn SimStore) {
-        assert!(store.put(k(1), 40));
-        assert!(store.put(k(2), 40));
-        assert!(store.get(k(1))); // 1 is now most recent
-        assert!(store.put(k(3), 40)); // evicts 2, the least recent
-        assert!(!store.get(k(2)));
-        assert!(store.get(k(1)) && store.get(k(3)));
-        assert_eq!(store.used_bytes(), 80);
-        assert!(!store.put(k(4), 101)); // larger than the whole store
-        assert!(store.get(k(1)) && store.get(k(3)));
-        assert!(store.put(k(5), 100)); // evicts everything else
-        assert!(!store.get(k(1)) && !store.get(k(3)) && store.get(k(5)));
-        assert_eq!(store.used_bytes(), 100);
+    fn exercise(store: impl SimStore) {
+        let mut s = testing::Driver::new(store);
+        assert!(s.put(1, 40));
+        assert!(s.put(2, 40));
+        assert!(s.get(1)); // 1 is now most recent
+        assert!(s.put(3, 40)); // evicts 2, the least recent
+        assert!(!s.get(2));
+        assert!(s.get(1) && s.get(3));
+        assert_eq!(s.store.used_bytes(), 80);
+        assert!(!s.put(4, 101)); // larger than the whole store
+        assert!(s.get(1) && s.get(3));
+        assert!(s.put(5, 100)); // evicts everything else
+        assert!(!s.get(1) && !s.get(3) && s.get(5));
+        assert_eq!(s.store.used_bytes(), 100);
     }
 
     #[test]
     fn exact_lru_evicts_least_recent_by_bytes() {
-        exercise(&mut ExactLru::new(100));
+        exercise(ExactLru::new(100));
     }
 
     #[test]
     fn moka_lru_store_behaves_the_same() {
-        exercise(&mut MokaStore::new(100, Eviction::Lru));
+        exercise(MokaStore::new(100, Eviction::Lru));
     }
 
     #[test]
     fn names_parse() {
         assert_eq!("tinylfu".parse::<Eviction>(), Ok(Eviction::TinyLfu));
-        assert!("lfu".parse::<Eviction>().unwrap_err().contains("\"lfu\""));
+        assert_eq!("s3-fifo".parse::<Eviction>(), Ok(Eviction::S3Fifo));
+        for e in Eviction::ALL {
+            assert_eq!(e.as_str().parse::<Eviction>(), Ok(e));
+        }
+        let err = "lfru".parse::<Eviction>().unwrap_err();
+        assert!(
+            err.contains("\"lfru\"") && err.contains("belady-size"),
+            "{err}"
+        );
         assert_eq!("moka".parse::<StoreKind>(), Ok(StoreKind::Moka));
         assert!("lru"
             .parse::<StoreKind>()

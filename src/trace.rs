@@ -6,9 +6,11 @@
 //!   returns a [`Reader`]: an iterator of `Result<Request, TraceError>`.
 //! * A malformed or truncated record is a [`TraceError`] naming the file, the line or byte
 //!   offset, and what was wrong; readers never panic on any input.
-//! * [`synth`] writes seeded synthetic traces; [`stats`] summarises a trace.
+//! * [`synth`] writes seeded synthetic traces; [`stats`] summarises a trace; [`convert`] computes
+//!   next-access times and rewrites any trace as `oracleGeneral` (`trace-convert`).
 
 mod cache2k;
+pub mod convert;
 mod csv;
 mod oracle;
 pub mod stats;

@@ -1,0 +1,71 @@
+//! FIFO (libCacheSim's `FIFO`): objects leave in the order they came; a hit changes nothing.
+
+use super::arena::{self, Arena, Index, Queue};
+use super::{Access, SimStore};
+
+/// First in, first out, by bytes.
+pub struct Fifo {
+    index: Index,
+    arena: Arena<()>,
+    queue: Queue,
+    capacity: u64,
+}
+
+impl Fifo {
+    /// An empty store of `capacity` bytes.
+    pub fn new(capacity: u64) -> Self {
+        Fifo {
+            index: arena::index(),
+            arena: Arena::default(),
+            queue: Queue::default(),
+            capacity,
+        }
+    }
+}
+
+impl SimStore for Fifo {
+    #[inline]
+    fn get(&mut self, req: &Access) -> bool {
+        self.index.contains_key(&req.key.raw())
+    }
+
+    fn put(&mut self, req: &Access) -> bool {
+        if req.size > self.capacity {
+            return false;
+        }
+        while self.queue.bytes + req.size > self.capacity {
+            let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
+                break;
+            };
+            self.index.remove(&self.arena.node(victim).key);
+            self.arena.release(victim);
+        }
+        let i = self.arena.alloc(req.key.raw(), req.size, ());
+        self.arena.push_head(&mut self.queue, i);
+        self.index.insert(req.key.raw(), i);
+        true
+    }
+
+    fn used_bytes(&self) -> u64 {
+        self.queue.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing::Driver;
+
+    #[test]
+    fn evicts_in_insertion_order_whatever_the_hits() {
+        let mut s = Driver::new(Fifo::new(10));
+        assert!(s.put(1, 4) && s.put(2, 4));
+        assert!(s.get(1)); // changes nothing
+        assert!(s.put(3, 4)); // evicts 1, the first in
+        assert!(!s.get(1) && s.get(2) && s.get(3));
+        assert!(!s.put(4, 11));
+        assert!(s.put(5, 6)); // 4 + 4 + 6 > 10: evicts 2 only
+        assert!(!s.get(2) && s.get(3) && s.get(5));
+        assert_eq!(s.store.used_bytes(), 10);
+    }
+}

@@ -1,0 +1,154 @@
+//! Next-access times, and any readable trace rewritten as libCacheSim's `oracleGeneral`
+//! (`secondhit trace-convert`), so that another simulator sees the same objects in the same
+//! order and an offline-optimal policy (Belady) has the future it needs.
+//!
+//! * [`next_accesses`] gives, for every request, the index of the next request for the same
+//!   key ([`NEVER`] when there is none): what `belady` and `belady-size` evict by.
+//! * [`to_oracle_general`] writes 24-byte records: the request's time in whole seconds, a dense
+//!   object id (numbered from 0 in first-seen order, one per key of the source's key rule, so a
+//!   `(id, size)` key of a webcachesim trace stays one object), the size, and the next access.
+
+use super::{oracle, Request, TraceError};
+use crate::hash::BuildFold;
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// "Not requested again", in [`next_accesses`]' output.
+pub const NEVER: u64 = u64::MAX;
+
+/// For each request (by index from 0), the index of the next request for the same key, or
+/// [`NEVER`]. Holds one `u64` per request and one map entry per object while it runs.
+pub fn next_accesses(
+    requests: impl Iterator<Item = Result<Request, TraceError>>,
+) -> Result<Vec<u64>, TraceError> {
+    let mut next = Vec::new();
+    let mut last: HashMap<u128, u64, BuildFold> = HashMap::with_hasher(BuildFold::default());
+    for (i, r) in requests.enumerate() {
+        let r = r?;
+        let i = i as u64;
+        next.push(NEVER);
+        if let Some(prev) = last.insert(r.key.raw(), i) {
+            next[prev as usize] = i;
+        }
+    }
+    Ok(next)
+}
+
+/// What [`to_oracle_general`] wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Converted {
+    /// Records written.
+    pub requests: u64,
+    /// Distinct objects (ids 0 to `objects - 1`).
+    pub objects: u64,
+    /// Requests whose size did not fit the format's `u32` and was written as `u32::MAX`.
+    pub clamped_sizes: u64,
+}
+
+/// Why a conversion failed: reading the source or writing the output.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// The source trace.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// Writing the output.
+    #[error("writing the output: {0}")]
+    Write(#[from] io::Error),
+}
+
+/// Writes `requests` as `oracleGeneral` to `out`, given their [`next_accesses`] (`next[i]` for
+/// request `i`). The record's next access is libCacheSim's `next_access_vtime`: the 1-based
+/// position of the next request for the object (so `next[i] + 1`), -1 for never. Times are whole
+/// seconds, clamped to `u32`.
+pub fn to_oracle_general(
+    requests: impl Iterator<Item = Result<Request, TraceError>>,
+    next: &[u64],
+    out: &mut dyn Write,
+) -> Result<Converted, ConvertError> {
+    let mut ids: HashMap<u128, u64, BuildFold> = HashMap::with_hasher(BuildFold::default());
+    let mut done = Converted::default();
+    for (i, r) in requests.enumerate() {
+        let r = r?;
+        let fresh = ids.len() as u64;
+        let id = *ids.entry(r.key.raw()).or_insert(fresh);
+        let size = u32::try_from(r.size).unwrap_or_else(|_| {
+            done.clamped_sizes += 1;
+            u32::MAX
+        });
+        let time = u32::try_from(r.time.as_secs()).unwrap_or(u32::MAX);
+        let next_access = match next.get(i).copied() {
+            Some(NEVER) | None => -1,
+            Some(n) => i64::try_from(n + 1).unwrap_or(-1),
+        };
+        out.write_all(&oracle::encode(time, id, size, next_access))?;
+        done.requests += 1;
+    }
+    done.objects = ids.len() as u64;
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{open_static, Format};
+    use crate::KeyHash;
+    use std::time::Duration;
+
+    fn req(time: u64, key: u64, size: u64) -> Result<Request, TraceError> {
+        Ok(Request {
+            time: Duration::from_secs(time),
+            key: KeyHash::of_u64(key),
+            size,
+        })
+    }
+
+    #[test]
+    fn next_access_is_the_index_of_the_same_keys_next_request() {
+        let trace = vec![
+            req(0, 7, 1),
+            req(1, 8, 1),
+            req(2, 7, 1),
+            req(3, 9, 1),
+            req(4, 7, 1),
+        ];
+        assert_eq!(
+            next_accesses(trace.into_iter()).unwrap(),
+            vec![2, NEVER, 4, NEVER, NEVER]
+        );
+    }
+
+    #[test]
+    fn converted_records_read_back_as_the_same_objects_with_dense_ids() {
+        let trace = || vec![req(5, 700, 10), req(6, 800, 20), req(9, 700, 10)].into_iter();
+        let next = next_accesses(trace()).unwrap();
+        let mut out = Vec::new();
+        let done = to_oracle_general(trace(), &next, &mut out).unwrap();
+        assert_eq!(
+            done,
+            Converted {
+                requests: 3,
+                objects: 2,
+                clamped_sizes: 0
+            }
+        );
+        assert_eq!(out.len(), 3 * 24);
+        // Record 0: time 5, id 0, size 10, next request the third (1-based, as libCacheSim);
+        // record 1 is never requested again.
+        assert_eq!(&out[..24], &oracle::encode(5, 0, 10, 3));
+        assert_eq!(&out[24..48], &oracle::encode(6, 1, 20, -1));
+        let back: Vec<Request> = open_static(
+            "t.oracleGeneral.bin",
+            out.leak(),
+            Some(&Format::OracleGeneral),
+        )
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+        let ids: Vec<KeyHash> = back.iter().map(|r| r.key).collect();
+        assert_eq!(
+            ids,
+            vec![KeyHash::of_u64(0), KeyHash::of_u64(1), KeyHash::of_u64(0)]
+        );
+        assert_eq!(back[2].time, Duration::from_secs(9));
+    }
+}
