@@ -319,6 +319,7 @@ impl Runner {
         self.requested_bytes += r.size;
         let access = Access {
             key: r.key,
+            id: r.id,
             size: r.size,
             vtime,
             next,
@@ -661,6 +662,7 @@ mod tests {
                 time: Duration::from_secs(secs),
                 key: KeyHash::of_u64(key),
                 size: 1,
+                id: key,
             })
         };
         // Windows of 10 s from t = 5: [5, 15) has keys 1, 2; [15, 25) has 1, 2, 3 (3 twice).

@@ -6,18 +6,26 @@
 //! [`MokaStore`], which brings moka's batched maintenance to a fixed point so that its LRU is
 //! exact and its results do not depend on timing.
 
+mod arc;
 mod arena;
+mod belady;
 mod clock;
 mod fifo;
 mod lfu;
 mod lru;
+mod s3fifo;
 mod sieve;
+mod wtinylfu;
 
+pub use arc::AdaptiveReplacement;
+pub use belady::{Belady, BeladySize};
 pub use clock::Clock;
 pub use fifo::Fifo;
 pub use lfu::Lfu;
 pub use lru::ExactLru;
+pub use s3fifo::S3Fifo;
 pub use sieve::Sieve;
+pub use wtinylfu::WTinyLfu;
 
 use crate::hash::{BuildFold, KeyHash};
 use moka::policy::EvictionPolicy;
@@ -212,6 +220,9 @@ where
 pub struct Access {
     /// The object.
     pub key: KeyHash,
+    /// Its integer id ([`Request::id`](crate::trace::Request::id)): what W-TinyLFU's sketch
+    /// hashes.
+    pub id: u64,
     /// Its size in this request, in bytes.
     pub size: u64,
     /// This request's index in the trace, from 0 (virtual time).
@@ -223,10 +234,11 @@ pub struct Access {
 }
 
 impl Access {
-    /// A request with no known future (`next` is `NEVER`).
-    pub fn new(key: KeyHash, size: u64, vtime: u64) -> Access {
+    /// A request for object `id` (keyed as [`KeyHash::of_u64`]) with no known future.
+    pub fn new(id: u64, size: u64, vtime: u64) -> Access {
         Access {
-            key,
+            key: KeyHash::of_u64(id),
+            id,
             size,
             vtime,
             next: crate::trace::convert::NEVER,
@@ -257,7 +269,12 @@ pub fn exact(eviction: Eviction, capacity: u64) -> Option<Box<dyn SimStore>> {
         Eviction::Clock => Box::new(Clock::new(capacity)),
         Eviction::Sieve => Box::new(Sieve::new(capacity)),
         Eviction::Lfu => Box::new(Lfu::new(capacity)),
-        _ => return None,
+        Eviction::S3Fifo => Box::new(S3Fifo::new(capacity)),
+        Eviction::Arc => Box::new(AdaptiveReplacement::new(capacity)),
+        Eviction::WTinyLfu => Box::new(WTinyLfu::new(capacity)),
+        Eviction::Belady => Box::new(Belady::new(capacity)),
+        Eviction::BeladySize => Box::new(BeladySize::new(capacity, 0)),
+        Eviction::TinyLfu => return None,
     })
 }
 
@@ -377,7 +394,7 @@ pub(crate) mod testing {
         }
 
         fn access(&mut self, key: u64, size: u64) -> Access {
-            let a = Access::new(KeyHash::of_u64(key), size, self.vtime);
+            let a = Access::new(key, size, self.vtime);
             self.vtime += 1;
             a
         }
@@ -386,6 +403,16 @@ pub(crate) mod testing {
         pub(crate) fn get(&mut self, key: u64) -> bool {
             let a = self.access(key, 1);
             self.store.get(&a)
+        }
+
+        /// One request, admit-all: a lookup, and on a miss an insertion (at one virtual time).
+        pub(crate) fn request(&mut self, key: u64, size: u64) -> bool {
+            let a = self.access(key, size);
+            let hit = self.store.get(&a);
+            if !hit {
+                self.store.put(&a);
+            }
+            hit
         }
 
         /// An insertion of `key` with `size` bytes.
@@ -410,6 +437,7 @@ pub(crate) mod testing {
             .map(|(i, &(k, size))| {
                 let a = Access {
                     key: KeyHash::of_u64(k),
+                    id: k,
                     size,
                     vtime: i as u64,
                     next: next[i],

@@ -38,6 +38,11 @@ pub struct Request {
     pub key: KeyHash,
     /// The object's size in bytes (1 for formats without sizes).
     pub size: u64,
+    /// The object's integer id where the format's key is one (oracleGeneral's object id,
+    /// cache2k's key), else the low 64 bits of `key`. Only W-TinyLFU's frequency sketch reads
+    /// it: libCacheSim hashes object ids there, so on an oracleGeneral trace the sketch's
+    /// collisions are libCacheSim's.
+    pub id: u64,
 }
 
 /// What went wrong reading a trace. Every variant names the file.

@@ -41,6 +41,7 @@ impl Iterator for Reader {
             // The key's bits as an unsigned value: negative keys stay distinct.
             key: KeyHash::of_u64(u64::from(key as u32)),
             size: 1,
+            id: u64::from(key as u32),
         }))
     }
 }

@@ -99,6 +99,7 @@ mod tests {
             time: Duration::from_secs(time),
             key: KeyHash::of_u64(key),
             size,
+            id: key,
         })
     }
 

@@ -144,7 +144,12 @@ fn parse(
             })?
         }
     };
-    Ok(Request { time, key, size })
+    Ok(Request {
+        time,
+        key,
+        size,
+        id: key.raw() as u64,
+    })
 }
 
 impl Iterator for Reader {

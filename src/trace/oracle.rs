@@ -48,10 +48,12 @@ impl Iterator for Reader {
         }
         self.offset += RECORD as u64;
         let [t0, t1, t2, t3, i0, i1, i2, i3, i4, i5, i6, i7, s0, s1, s2, s3, ..] = rec;
+        let id = u64::from_le_bytes([i0, i1, i2, i3, i4, i5, i6, i7]);
         Some(Ok(Request {
             time: Duration::from_secs(u64::from(u32::from_le_bytes([t0, t1, t2, t3]))),
-            key: KeyHash::of_u64(u64::from_le_bytes([i0, i1, i2, i3, i4, i5, i6, i7])),
+            key: KeyHash::of_u64(id),
             size: u64::from(u32::from_le_bytes([s0, s1, s2, s3])),
+            id,
         }))
     }
 }
@@ -79,12 +81,14 @@ mod tests {
                 Request {
                     time: Duration::from_secs(5),
                     key: KeyHash::of_u64(42),
-                    size: 4096
+                    size: 4096,
+                    id: 42,
                 },
                 Request {
                     time: Duration::from_secs(6),
                     key: KeyHash::of_u64(7),
-                    size: 512
+                    size: 512,
+                    id: 7,
                 },
             ]
         );

@@ -228,6 +228,7 @@ mod tests {
             time: Duration::ZERO,
             key: KeyHash::from_raw(r),
             size,
+            id: r as u64,
         };
         let mut c = Collector::default();
         // Same shard and same low 64 bits; they differ only in the 32 bits kept beside the
@@ -258,6 +259,7 @@ mod tests {
             time: Duration::from_secs(t),
             key: KeyHash::of_u64(k),
             size,
+            id: k,
         }
     }
 

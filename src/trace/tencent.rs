@@ -96,10 +96,12 @@ impl Iterator for Reader {
                 }
                 self.key.extend_from_slice(part.as_bytes());
             }
+            let key = KeyHash::of(&self.key);
             return Some(Ok(Request {
                 time: Duration::from_secs(time),
-                key: KeyHash::of(&self.key),
+                key,
                 size,
+                id: key.raw() as u64,
             }));
         }
     }

@@ -51,10 +51,12 @@ impl Iterator for Reader {
                         format!("unexpected 4th field {extra:?}: expected `time id size`"),
                     ));
                 }
+                let key = key(id, size);
                 Ok(Request {
                     time: Duration::from_secs(time),
-                    key: key(id, size),
+                    key,
                     size,
+                    id: key.raw() as u64,
                 })
             })();
             return Some(parsed);
