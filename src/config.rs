@@ -937,6 +937,16 @@ impl Config {
         if self.state_snapshot_interval.is_zero() {
             return Err(invalid("state_snapshot_interval", "must be more than 0s"));
         }
+        // The proxy decides admission before it fetches, so it cannot know the size yet.
+        if let Policy::Size(limit) = self.admission.policy {
+            return Err(invalid(
+                "admission.policy",
+                format!(
+                    "size:{limit} needs the object's size before the fetch, which a proxy does not have; \
+                     set cache.max_object_size = {limit} instead (larger responses are streamed and not stored)"
+                ),
+            ));
+        }
         // The filter's size comes from expected_items and fpr together; check it without
         // allocating the filter (exact policies have none).
         if self.admission.policy.is_approximate() {

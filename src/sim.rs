@@ -329,7 +329,10 @@ impl Runner {
             self.hit_bytes += r.size;
             return;
         }
-        let admit = self.admission.on_miss(r.key, r.time).is_admit();
+        let admit = self
+            .admission
+            .on_miss_sized(r.key, r.size, r.time)
+            .is_admit();
         if let Some(shadow) = &self.shadow {
             let exact = shadow.on_miss(r.key, r.time).is_admit();
             self.extra += u64::from(admit && !exact);

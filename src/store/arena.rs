@@ -60,11 +60,6 @@ impl Queue {
         (self.tail != NIL).then_some(self.tail)
     }
 
-    /// The newest object's slot, if any.
-    pub(crate) fn head(&self) -> Option<u32> {
-        (self.head != NIL).then_some(self.head)
-    }
-
     /// Whether it holds nothing.
     pub(crate) fn is_empty(&self) -> bool {
         self.head == NIL
@@ -222,7 +217,7 @@ mod tests {
         assert_eq!((q1.bytes, q1.len, q2.bytes, q2.len), (22, 2, 24, 2));
         a.unlink(&mut q1, s[2]);
         a.unlink(&mut q1, s[0]);
-        assert!(q1.is_empty() && q1.tail().is_none() && q1.head().is_none());
+        assert!(q1.is_empty() && q1.tail().is_none());
         a.release(s[2]);
         assert_eq!(a.alloc(9, 1, ()), s[2], "a freed slot is reused");
         assert_eq!(a.slots(), 4);

@@ -9,6 +9,8 @@
 //!   [`Counting`] filter (`nth-hit:N`) or exact hash maps
 //!   ([`Exact`]: `second-hit-exact`, `nth-hit-exact:N`), which isolate what the approximation
 //!   costs.
+//! * [`Probabilistic`] (`prob:P`) and [`SizeLimit`] (`size:BYTES`) are the memoryless
+//!   baselines: admit with probability P, admit objects up to a size.
 //! * [`Policy`] names a policy as on the command line; [`Settings`] holds the filter settings
 //!   and builds any policy from a name.
 //!
@@ -32,11 +34,13 @@
 mod counter;
 mod exact;
 mod rotating;
+mod simple;
 pub mod snapshot;
 
 use counter::Counter;
 pub use exact::Exact;
 pub use rotating::{Generation, Kind, MakeGeneration, Rotating, Shape, Window};
+pub use simple::{Probabilistic, SizeLimit};
 pub use snapshot::RestoreError;
 
 use crate::bloom::{Bloom, Counting, Layout, ParamError, Params, MAX_COUNT};
@@ -80,6 +84,13 @@ impl Decision {
 pub trait Admission: Send + Sync + fmt::Debug {
     /// Records a miss for `key` at `now` and decides whether to store the object.
     fn on_miss(&self, key: KeyHash, now: Duration) -> Decision;
+
+    /// [`Admission::on_miss`] for a host that knows the object's size in bytes (the simulator
+    /// does; a proxy deciding before it fetches does not). Only size-aware policies
+    /// ([`SizeLimit`]) read it; the others answer as `on_miss`.
+    fn on_miss_sized(&self, key: KeyHash, _size: u64, now: Duration) -> Decision {
+        self.on_miss(key, now)
+    }
 
     /// The policy's counters (cumulative since it was built) and, for filter-based policies, the
     /// state of the filters. Filter fields read the whole filter: call it for reports and
@@ -156,6 +167,10 @@ pub struct FilterStats {
 pub enum PolicyError {
     /// A policy name that is not one of the known ones.
     Unknown(String),
+    /// `prob:P` with P not a number in [0, 1].
+    BadProbability(String),
+    /// `size:BYTES` with a size that does not parse.
+    BadSize(String),
     /// `nth-hit:N` with N outside 2..=16.
     BadN {
         /// The policy as written.
@@ -172,7 +187,15 @@ impl fmt::Display for PolicyError {
         match self {
             PolicyError::Unknown(name) => write!(
                 f,
-                "unknown admission policy {name:?}: expected admit-all, second-hit, second-hit-exact, nth-hit:N or nth-hit-exact:N"
+                "unknown admission policy {name:?}: expected admit-all, second-hit, second-hit-exact, nth-hit:N, nth-hit-exact:N, prob:P or size:BYTES"
+            ),
+            PolicyError::BadProbability(v) => write!(
+                f,
+                "prob:P: P must be a probability from 0 to 1 (at most 7 decimals), got {v:?}"
+            ),
+            PolicyError::BadSize(v) => write!(
+                f,
+                "size:BYTES: BYTES must be a whole number of bytes, optionally with KB, MB, GB, KiB, MiB or GiB, got {v:?}"
             ),
             PolicyError::BadN { policy, value } => write!(
                 f,
@@ -200,7 +223,7 @@ impl From<ParamError> for PolicyError {
 }
 
 /// A policy by name, as on the command line (`admit-all`, `second-hit`, `second-hit-exact`,
-/// `nth-hit:N`, `nth-hit-exact:N`).
+/// `nth-hit:N`, `nth-hit-exact:N`, `prob:P`, `size:BYTES`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Policy {
     /// Store every miss.
@@ -213,6 +236,11 @@ pub enum Policy {
     NthHit(u32),
     /// `nth-hit:N` over exact counts with the same time windows.
     NthHitExact(u32),
+    /// Store each miss with probability P, given in parts per ten million (`prob:0.1` is
+    /// 1,000,000), drawn from a seeded generator.
+    Prob(u32),
+    /// Store objects of at most this many bytes (`size:1MiB`); needs the object's size.
+    Size(u64),
 }
 
 impl Policy {
@@ -239,6 +267,12 @@ impl fmt::Display for Policy {
             Policy::SecondHitExact => f.write_str("second-hit-exact"),
             Policy::NthHit(n) => write!(f, "nth-hit:{n}"),
             Policy::NthHitExact(n) => write!(f, "nth-hit-exact:{n}"),
+            Policy::Prob(p) => {
+                let text = format!("{:.7}", f64::from(*p) / 1e7);
+                let text = text.trim_end_matches('0').trim_end_matches('.');
+                write!(f, "prob:{text}")
+            }
+            Policy::Size(b) => write!(f, "size:{b}"),
         }
     }
 }
@@ -265,6 +299,19 @@ impl FromStr for Policy {
                     Ok(Policy::NthHit(parse_n(v)?))
                 } else if let Some(v) = s.strip_prefix("nth-hit-exact:") {
                     Ok(Policy::NthHitExact(parse_n(v)?))
+                } else if let Some(v) = s.strip_prefix("prob:") {
+                    let p: f64 = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| PolicyError::BadProbability(v.to_string()))?;
+                    if !(0.0..=1.0).contains(&p) {
+                        return Err(PolicyError::BadProbability(v.to_string()));
+                    }
+                    Ok(Policy::Prob((p * 1e7).round() as u32))
+                } else if let Some(v) = s.strip_prefix("size:") {
+                    parse_size(v)
+                        .map(Policy::Size)
+                        .ok_or_else(|| PolicyError::BadSize(v.to_string()))
                 } else {
                     Err(PolicyError::Unknown(s.to_string()))
                 }
@@ -363,8 +410,30 @@ impl Settings {
                 n - 1,
                 exact_window,
             )),
+            Policy::Prob(p) => Box::new(Probabilistic::new(p, simple::DEFAULT_SEED)),
+            Policy::Size(limit) => Box::new(SizeLimit::new(limit)),
         })
     }
+}
+
+/// Bytes as `size:` takes them: a whole number with an optional decimal (KB, MB, GB) or binary
+/// (KiB, MiB, GiB) unit.
+fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(digits);
+    let n: u64 = n.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
 }
 
 /// Admits every miss: the classic cache, and the baseline every other policy is compared with.
@@ -412,6 +481,10 @@ mod tests {
             "nth-hit:2",
             "nth-hit:16",
             "nth-hit-exact:5",
+            "prob:0.1",
+            "prob:0.0005",
+            "prob:1",
+            "size:1048576",
         ] {
             let p: Policy = name.parse().unwrap();
             assert_eq!(p.to_string(), name);
@@ -431,6 +504,14 @@ mod tests {
             let e = bad.parse::<Policy>().unwrap_err().to_string();
             assert!(e.contains("from 2 to 16"), "{bad}: {e}");
         }
+        for bad in ["prob:1.5", "prob:-0.1", "prob:x"] {
+            let e = bad.parse::<Policy>().unwrap_err().to_string();
+            assert!(e.contains("probability from 0 to 1"), "{bad}: {e}");
+        }
+        assert_eq!("size:2MiB".parse::<Policy>(), Ok(Policy::Size(2 << 20)));
+        assert_eq!("size:5KB".parse::<Policy>(), Ok(Policy::Size(5_000)));
+        let e = "size:5XB".parse::<Policy>().unwrap_err().to_string();
+        assert!(e.contains("\"5XB\""), "{e}");
         let s = Settings {
             fpr: 1.5,
             ..Settings::default()
