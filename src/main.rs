@@ -237,10 +237,10 @@ struct SimulateArgs {
     )]
     policy: Vec<Policy>,
     /// Eviction policies, comma-separated. The exact store: lru, fifo, clock, sieve, s3fifo, arc,
-    /// wtinylfu, lfu, belady, belady-size (each libCacheSim 0.3.5's, with its defaults); moka's
-    /// store (--store moka): lru, tinylfu.
-    #[arg(long, value_delimiter = ',', default_value = "lru")]
-    eviction: Vec<Eviction>,
+    /// wtinylfu, lfu, belady, belady-size (each libCacheSim 0.3.5's, with its defaults), or all
+    /// of them; moka's store (--store moka): lru, tinylfu.
+    #[arg(long, value_delimiter = ',', default_value = "lru", value_parser = parse_eviction)]
+    eviction: Vec<Evictions>,
     /// Store: exact (every eviction but tinylfu, exact against libCacheSim) or moka (the proxy's
     /// store, exact maintenance: lru and tinylfu).
     #[arg(long, default_value = "exact")]
@@ -326,6 +326,37 @@ fn parse_window(s: &str) -> Result<WindowArg, String> {
 fn parse_finite_duration(s: &str) -> Result<std::time::Duration, String> {
     secondhit::units::parse_duration(s)?
         .ok_or_else(|| format!("{s:?}: must be a finite duration, e.g. 5ms"))
+}
+
+/// One `--eviction` item: a policy, or `all` (every one the exact store has).
+#[derive(Clone, Copy, Debug)]
+enum Evictions {
+    One(Eviction),
+    AllExact,
+}
+
+fn parse_eviction(s: &str) -> Result<Evictions, String> {
+    match s.trim() {
+        "all" => Ok(Evictions::AllExact),
+        one => one.parse().map(Evictions::One),
+    }
+}
+
+/// The `--eviction` list with `all` expanded, each policy once, in the order given.
+fn evictions(args: &[Evictions]) -> Vec<Eviction> {
+    let mut out = Vec::new();
+    for a in args {
+        let add: Vec<Eviction> = match a {
+            Evictions::One(e) => vec![*e],
+            Evictions::AllExact => Eviction::ALL.into_iter().filter(|e| e.is_exact()).collect(),
+        };
+        for e in add {
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        }
+    }
+    out
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -736,7 +767,7 @@ fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
     let mut lines = String::new();
     let mut n = 0;
     for (size_opt, size) in &sizes {
-        for eviction in &args.eviction {
+        for eviction in &evictions(&args.eviction) {
             for policy in &args.policy {
                 n += 1;
                 let out = absolute(&results.join(format!("job-{n:04}.json")));
@@ -795,6 +826,7 @@ fn merge(files: &[PathBuf]) -> anyhow::Result<sim::Report> {
                 }
                 m.results.extend(report.results);
                 m.wall_secs += report.wall_secs;
+                m.answers = m.answers();
             }
         }
     }
@@ -812,7 +844,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let format = args.input.format()?;
     let options = sim::Options {
         policies: args.policy.clone(),
-        evictions: args.eviction.clone(),
+        evictions: evictions(&args.eviction),
         store: args.store,
         capacities: if args.capacity.is_empty() {
             Capacities::Fractions(args.capacity_fraction.clone())

@@ -15,6 +15,7 @@ mod plot;
 mod report;
 
 pub use plot::{plot_svg, PlotError};
+pub use report::{Answer, Pick};
 
 use crate::admission::{Admission, Policy, PolicyError, Settings};
 use crate::store::{self, Access, Eviction, MokaStore, SimStore, StoreKind};
@@ -407,6 +408,10 @@ pub struct Report {
     pub results: Vec<RunResult>,
     /// Wall time of the whole simulation, trace reading included, in seconds.
     pub wall_secs: f64,
+    /// The best pairs per size and the offline bound ([`Report::answers`]); filled by [`run`]
+    /// (and by a merge), read back from JSON.
+    #[serde(default)]
+    pub answers: Vec<Answer>,
     /// With [`Options::keep_state`]: the run's admission state, as `serve --state-dir` loads it
     /// (`None` for a policy that keeps none).
     #[serde(skip)]
@@ -636,7 +641,7 @@ pub fn run(
         (Some(s), _) | (None, Some(s)) => s,
         (None, None) => Collector::default().finish(),
     };
-    Ok(Report {
+    let mut report = Report {
         trace: source.name(),
         format: source.format_name(),
         summary,
@@ -649,8 +654,11 @@ pub fn run(
         },
         results,
         wall_secs: started.elapsed().as_secs_f64(),
+        answers: Vec::new(),
         admission_state,
-    })
+    };
+    report.answers = report.answers();
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -2,9 +2,101 @@
 
 use super::{Report, RunResult};
 use crate::units;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
+/// The answers a sweep gives at one cache size: which admission x eviction pair is best by
+/// each measure, and the offline bound. Belady's policies are bounds, not candidates: they are
+/// left out of the picks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The cache size.
+    pub capacity_bytes: u64,
+    /// The highest request hit ratio.
+    pub best_hit_ratio: Pick,
+    /// The highest byte hit ratio.
+    pub best_byte_hit_ratio: Pick,
+    /// The most hits per cache write (what each write buys; a pair that writes nothing is left
+    /// out).
+    pub most_hits_per_write: Option<Pick>,
+    /// `belady`'s hit ratio with admit-all at this size, when the sweep ran it: the offline
+    /// optimum for objects of one size (a bound, for sized objects).
+    pub belady_hit_ratio: Option<f64>,
+}
+
+/// One pair and its value by the measure it was picked for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pick {
+    /// Admission policy.
+    pub policy: String,
+    /// Eviction policy.
+    pub eviction: String,
+    /// The measure: a fraction for ratios, hits per write for writes.
+    pub value: f64,
+}
+
+impl Pick {
+    fn of(r: &RunResult, value: f64) -> Pick {
+        Pick {
+            policy: r.policy.clone(),
+            eviction: r.eviction.clone(),
+            value,
+        }
+    }
+}
+
+/// Whether a result is of an offline bound (Belady's policies).
+fn is_bound(r: &RunResult) -> bool {
+    r.eviction.starts_with("belady")
+}
+
 impl Report {
+    /// The answers per cache size, in the order sizes first appear.
+    pub fn answers(&self) -> Vec<Answer> {
+        let mut sizes: Vec<u64> = Vec::new();
+        for r in &self.results {
+            if !sizes.contains(&r.capacity_bytes) {
+                sizes.push(r.capacity_bytes);
+            }
+        }
+        sizes
+            .into_iter()
+            .filter_map(|c| {
+                let at: Vec<&RunResult> = self
+                    .results
+                    .iter()
+                    .filter(|r| r.capacity_bytes == c && !is_bound(r))
+                    .collect();
+                let best = |f: &dyn Fn(&RunResult) -> f64| {
+                    at.iter()
+                        .copied()
+                        .max_by(|a, b| f(a).total_cmp(&f(b)))
+                        .map(|r| Pick::of(r, f(r)))
+                };
+                let per_write = |r: &RunResult| r.hits as f64 / r.admissions as f64;
+                Some(Answer {
+                    capacity_bytes: c,
+                    best_hit_ratio: best(&|r| r.hit_ratio)?,
+                    best_byte_hit_ratio: best(&|r| r.byte_hit_ratio)?,
+                    most_hits_per_write: at
+                        .iter()
+                        .copied()
+                        .filter(|r| r.admissions > 0)
+                        .max_by(|a, b| per_write(a).total_cmp(&per_write(b)))
+                        .map(|r| Pick::of(r, per_write(r))),
+                    belady_hit_ratio: self.belady(c).map(|b| b.hit_ratio),
+                })
+            })
+            .collect()
+    }
+
+    /// The `belady` run with admit-all at `capacity`, if the sweep has one.
+    fn belady(&self, capacity: u64) -> Option<&RunResult> {
+        self.results.iter().find(|b| {
+            b.eviction == "belady" && b.policy == "admit-all" && b.capacity_bytes == capacity
+        })
+    }
+
     /// The `admit-all` result with the same capacity and eviction, the baseline of a row.
     fn baseline(&self, r: &RunResult) -> Option<&RunResult> {
         self.results.iter().find(|b| {
@@ -41,12 +133,13 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<18} {:<8} {:<18} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>13} {:>8}",
+            "{:<18} {:<11} {:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>13} {:>8}",
             "capacity",
             "eviction",
             "policy",
             "hit",
             "vs all",
+            "to opt",
             "byte hit",
             "vs all",
             "writes",
@@ -81,18 +174,23 @@ impl Report {
                 ),
                 _ => Default::default(),
             };
+            let to_opt = match self.belady(r.capacity_bytes) {
+                Some(b) => format!("{:+.2} pp", (r.hit_ratio - b.hit_ratio) * 100.0),
+                None => String::new(),
+            };
             let bloom = match (r.approx_extra_admissions, r.approx_missed_admissions) {
                 (Some(a), Some(m)) => format!("+{a}/-{m}"),
                 _ => String::new(),
             };
             let _ = writeln!(
                 out,
-                "{:<18} {:<8} {:<18} {:>8.2}% {:>9} {:>8.2}% {:>9} {:>10} {:>8} {:>13} {:>8.1}",
+                "{:<18} {:<11} {:<18} {:>8.2}% {:>9} {:>9} {:>8.2}% {:>9} {:>10} {:>8} {:>13} {:>8.1}",
                 cap,
                 r.eviction,
                 r.policy,
                 r.hit_ratio * 100.0,
                 dh,
+                to_opt,
                 r.byte_hit_ratio * 100.0,
                 db,
                 units::count(r.admissions),
@@ -101,9 +199,41 @@ impl Report {
                 r.requests_per_sec / 1e6
             );
         }
+        let answers = self.answers();
+        if self.results.len() > 1 && !answers.is_empty() {
+            let _ = writeln!(out, "\nbest pairs (admission x eviction) per size:");
+            for a in &answers {
+                let size = if sizeless {
+                    format!("{} obj", units::count(a.capacity_bytes))
+                } else {
+                    units::bytes(a.capacity_bytes)
+                };
+                let pair = |p: &Pick| format!("{} x {}", p.policy, p.eviction);
+                let _ = write!(
+                    out,
+                    "  {size}: hit ratio {} ({:.2} %), byte hit ratio {} ({:.2} %)",
+                    pair(&a.best_hit_ratio),
+                    a.best_hit_ratio.value * 100.0,
+                    pair(&a.best_byte_hit_ratio),
+                    a.best_byte_hit_ratio.value * 100.0
+                );
+                if let Some(w) = &a.most_hits_per_write {
+                    let _ = write!(out, ", hits per write {} ({:.2})", pair(w), w.value);
+                }
+                if let Some(b) = a.belady_hit_ratio {
+                    let _ = write!(
+                        out,
+                        "; belady {:.2} % ({:+.2} pp from the best)",
+                        b * 100.0,
+                        (a.best_hit_ratio.value - b) * 100.0
+                    );
+                }
+                let _ = writeln!(out);
+            }
+        }
         let _ = writeln!(
             out,
-            "\npp: percentage points against admit-all at the same size; writes: cache writes (admissions);\nbloom +/-: admissions the Bloom filter added / lost against the exact policy with the same windows.\nwall time {:.2} s",
+            "\npp: percentage points against admit-all at the same size; to opt: against belady (admit-all) at the\nsame size; writes: cache writes (admissions); bloom +/-: admissions the Bloom filter added / lost\nagainst the exact policy with the same windows.\nwall time {:.2} s",
             self.wall_secs
         );
         out
