@@ -3,6 +3,9 @@
 # same run; whole processes, trace reading included. Also checks that both LRUs agree.
 #
 # usage: scripts/bench-simulate.sh        (needs: cargo, python3; installs libcachesim with pip)
+#        POLICIES=1 scripts/bench-simulate.sh
+#          every exact eviction against libCacheSim's on one 10 M-request trace (POLICY_LIST,
+#          POLICY_REQUESTS pick others), then a 10 x 3 sweep on both cores
 #        SCALE=1 scripts/bench-simulate.sh
 #          production scale instead: 30 M requests / 17 M objects (720 MB on disk) and
 #          200 M requests (4.8 GB), LRU at 1 %, wall time, M req/s and peak RSS of each process
@@ -14,6 +17,8 @@ mkdir -p "$out"
 python3 -c 'import libcachesim' 2>/dev/null || pip install --quiet libcachesim
 cargo build --release --quiet
 bin=target/release/secondhit
+# Wall seconds of one whole process.
+secs() { python3 -c 'import sys,time,subprocess; t=time.perf_counter(); subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(f"{time.perf_counter()-t:.3f}")' "$@"; }
 
 if [ -n "${SCALE:-}" ]; then
   command -v /usr/bin/time >/dev/null || { apt-get update -qq && apt-get install -y -qq time >/dev/null; }
@@ -41,6 +46,33 @@ if [ -n "${SCALE:-}" ]; then
   exit 0
 fi
 
+if [ -n "${POLICIES:-}" ]; then
+  # Every exact eviction against libCacheSim's, one whole process each, on one 10 M-request
+  # trace with next-access times (belady needs them), LRU-style sizing at 1 % of the working set.
+  n=${POLICY_REQUESTS:-10000000}
+  raw=$out/policies-$n.oracleGeneral.bin
+  trace=$out/policies-$n.next.oracleGeneral.bin
+  [ -f "$raw" ] || $bin gen-trace --out "$raw" --requests "$n" --objects $((n / 10)) \
+    --alpha 0.9 --one-time-share 0.5 --seed 7 >/dev/null
+  [ -f "$trace" ] || $bin trace-convert "$raw" --out "$trace" 2>/dev/null
+  ws=$($bin trace-stats "$trace" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["working_set_bytes"])')
+  cap=$((ws / 100))
+  printf '| policy | secondhit s | libCacheSim s | speed-up | secondhit hits | libCacheSim hits |\n|---|---:|---:|---:|---:|---:|\n'
+  for p in ${POLICY_LIST:-lru fifo clock sieve s3fifo arc wtinylfu lfu belady belady-size}; do
+    s1=$(secs $bin simulate --trace "$trace" --policy admit-all --eviction "$p" --capacity "$cap" --threads 1)
+    h1=$($bin simulate --trace "$trace" --policy admit-all --eviction "$p" --capacity "$cap" --json - | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["hits"])')
+    # Both whole processes: ours with its trace reading (and next-access pass), libCacheSim's
+    # with Python's start and the trace's opening.
+    s2=$(secs python3 scripts/libcachesim_ref.py "$trace" "$p" "$cap")
+    h2=$(python3 scripts/libcachesim_ref.py "$trace" "$p" "$cap" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["hits"])')
+    printf '| %s | %s | %s | %.2fx | %s | %s |\n' "$p" "$s1" "$s2" "$(python3 -c "print($s2/$s1)")" "$h1" "$h2"
+  done
+  s=$(secs $bin simulate --trace "$trace" --policy admit-all --eviction all --capacity-fraction 0.01,0.05,0.1)
+  echo
+  echo "sweep of 10 evictions x 3 sizes over $n requests, both cores: $s s wall"
+  exit 0
+fi
+
 # The two traces both tools can read: libCacheSim's own oracleGeneral sample and a 10-million
 # request synthetic trace in the same format.
 cloud=../shared/traces/cloudPhysicsIO.oracleGeneral.bin
@@ -60,7 +92,6 @@ for line in sys.stdin:
     out.write(struct.pack("<IQIq", t, k, s, -1))
 ' > "$web"
 
-secs() { python3 -c 'import sys,time,subprocess; t=time.perf_counter(); subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(f"{time.perf_counter()-t:.3f}")' "$@"; }
 
 printf '| trace | requests | capacity | tool | store | hit ratio | wall s | M req/s (whole process) |\n|---|---:|---:|---|---|---:|---:|---:|\n'
 for trace in "$web" "$cloud" "$synth"; do

@@ -161,6 +161,7 @@ pub async fn run(
             limit: Some(options.requests),
             keep_state: false,
             auto_expected_items: false,
+            sample: None,
         };
         let predicted = tokio::task::spawn_blocking({
             let source = source.clone();

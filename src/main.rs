@@ -272,6 +272,11 @@ struct SimulateArgs {
     /// Replay only the first N requests of the trace.
     #[arg(long)]
     limit: Option<u64>,
+    /// Spatial sampling (SHARDS): simulate only the keys whose hash falls in this fraction of
+    /// the hash space, in caches that much smaller; ratios estimate the whole trace's at a
+    /// fraction of the time and memory (e.g. 0.01 for miss-ratio curves over many sizes).
+    #[arg(long)]
+    sample: Option<f64>,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]
     json: Option<PathBuf>,
@@ -749,6 +754,9 @@ fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
     if let Some(l) = args.limit {
         opt("limit", l.to_string());
     }
+    if let Some(r) = args.sample {
+        opt("sample", r.to_string());
+    }
     if args.input.csv_header {
         common.push("--csv-header".into());
     }
@@ -864,6 +872,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         limit: args.limit,
         keep_state: args.save_state.is_some(),
         auto_expected_items: matches!(args.expected_items, ExpectedItems::Auto),
+        sample: args.sample,
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),

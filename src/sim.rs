@@ -50,6 +50,9 @@ pub enum SimError {
     /// No capacity given.
     #[error("no capacity given")]
     NoCapacity,
+    /// A sampling rate outside (0, 1].
+    #[error("sampling rate {0} must be a fraction in (0, 1], e.g. 0.01")]
+    BadSample(f64),
     /// A capacity fraction that is not a positive number.
     #[error("capacity fraction {0} must be a positive fraction of the working set, e.g. 0.05")]
     BadFraction(f64),
@@ -110,6 +113,10 @@ pub struct Options {
     /// distinct keys of each window, and `settings.expected_items` becomes what the busiest one
     /// needs ([`Settings::expected_items_for`]).
     pub auto_expected_items: bool,
+    /// SHARDS-style spatial sampling (Waldspurger et al., FAST 2015): keep only the requests
+    /// whose key hashes below this fraction of the hash space, and simulate caches that much
+    /// smaller. Ratios estimate the full trace's; counts and sizes are the sample's.
+    pub sample: Option<f64>,
 }
 
 impl Default for Options {
@@ -126,6 +133,7 @@ impl Default for Options {
             limit: None,
             keep_state: false,
             auto_expected_items: false,
+            sample: None,
         }
     }
 }
@@ -181,6 +189,12 @@ impl Options {
             }
             Capacities::Bytes(_) => {}
         }
+        if let Some(r) = self
+            .sample
+            .filter(|r| !(r.is_finite() && *r > 0.0 && *r <= 1.0))
+        {
+            return Err(SimError::BadSample(r));
+        }
         for p in &self.policies {
             self.settings.build(*p)?;
         }
@@ -231,7 +245,8 @@ pub struct RunResult {
     pub hits: u64,
     /// Bytes served from the cache.
     pub hit_bytes: u64,
-    /// `hits / requests`.
+    /// `hits / requests`; with sampling ([`Options::sample`]), the SHARDS-adjusted estimate of
+    /// the whole trace's ([`shards_adjusted`]).
     pub hit_ratio: f64,
     /// `hit_bytes / requested bytes`.
     pub byte_hit_ratio: f64,
@@ -431,6 +446,26 @@ pub struct SettingsReport {
     pub layout: String,
     /// Store.
     pub store: String,
+    /// The spatial sampling rate, when the run sampled ([`Options::sample`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<f64>,
+}
+
+/// Whether a request's key falls in the sampled share `rate` of the hash space (the high 64 bits
+/// of its uniform 128-bit hash below `rate x 2^64`).
+pub fn sampled(key: crate::KeyHash, rate: f64) -> bool {
+    rate >= 1.0 || ((key.raw() >> 64) as u64) < (rate * 18_446_744_073_709_551_616.0) as u64
+}
+
+/// SHARDS-adj (Waldspurger et al., FAST 2015): a sample of rate `rate` should hold
+/// `rate x total` requests; the difference from the `requests` it holds comes mostly from the
+/// hottest keys falling in or out of it, so it is counted as hits (or misses) before the ratio.
+pub fn shards_adjusted(hits: u64, requests: u64, total: u64, rate: f64) -> f64 {
+    let expected = rate * total as f64;
+    if expected <= 0.0 {
+        return 0.0;
+    }
+    ((hits as f64 + expected - requests as f64).clamp(0.0, expected)) / expected
 }
 
 const CHUNK: usize = 1 << 14;
@@ -447,7 +482,22 @@ pub fn run(
     let limit = options
         .limit
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    let open = move || source.open().map(|r| r.take(limit));
+    let rate = options.sample;
+    // Requests read before sampling, for SHARDS' adjustment (counted afresh by each pass).
+    let unsampled = std::sync::atomic::AtomicU64::new(0);
+    let unsampled = &unsampled;
+    let open = move || {
+        unsampled.store(0, std::sync::atomic::Ordering::Relaxed);
+        source.open().map(move |r| {
+            r.take(limit).filter(move |r| match (rate, r) {
+                (Some(rate), Ok(r)) => {
+                    unsampled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    sampled(r.key, rate)
+                }
+                _ => true,
+            })
+        })
+    };
     let mut settings = options.settings;
     if options.auto_expected_items {
         progress.begin("counting keys per window", None);
@@ -473,7 +523,12 @@ pub fn run(
         Capacities::Bytes(_) => None,
     };
     let capacities: Vec<(u64, Option<f64>)> = match &options.capacities {
-        Capacities::Bytes(v) => v.iter().map(|&b| (b, None)).collect(),
+        // A sampled trace is simulated in a cache as much smaller (fractions follow by themselves:
+        // the working set is the sample's).
+        Capacities::Bytes(v) => v
+            .iter()
+            .map(|&b| ((b as f64 * rate.unwrap_or(1.0)) as u64, None))
+            .collect(),
         Capacities::Fractions(v) => {
             let ws = first_pass.as_ref().map_or(0, |s| s.working_set_bytes);
             v.iter()
@@ -641,6 +696,13 @@ pub fn run(
         (Some(s), _) | (None, Some(s)) => s,
         (None, None) => Collector::default().finish(),
     };
+    let mut results = results;
+    if let Some(rate) = rate {
+        let total = unsampled.load(std::sync::atomic::Ordering::Relaxed);
+        for r in &mut results {
+            r.hit_ratio = shards_adjusted(r.hits, r.requests, total, rate);
+        }
+    }
     let mut report = Report {
         trace: source.name(),
         format: source.format_name(),
@@ -651,6 +713,7 @@ pub fn run(
             fpr: settings.fpr,
             layout: settings.layout.to_string(),
             store: options.store.to_string(),
+            sample: options.sample,
         },
         results,
         wall_secs: started.elapsed().as_secs_f64(),
@@ -665,6 +728,20 @@ pub fn run(
 mod tests {
     use super::*;
     use crate::KeyHash;
+
+    #[test]
+    fn sampling_keeps_its_share_of_keys_and_adjusts_for_the_difference() {
+        let kept = (0..100_000u64)
+            .filter(|&k| sampled(KeyHash::of_u64(k), 0.1))
+            .count();
+        assert!((9_500..10_500).contains(&kept), "{kept}");
+        assert!((0..1000u64).all(|k| sampled(KeyHash::of_u64(k), 1.0)));
+        // 1,000 requests expected, 900 sampled: the 100 missing count as hits.
+        assert_eq!(shards_adjusted(300, 900, 10_000, 0.1), 0.4);
+        // More sampled than expected: the excess counts as misses, never below 0.
+        assert_eq!(shards_adjusted(300, 1100, 10_000, 0.1), 0.2);
+        assert_eq!(shards_adjusted(0, 5000, 10_000, 0.1), 0.0);
+    }
 
     #[test]
     fn keys_are_counted_per_window_on_a_grid_from_the_first_request() {

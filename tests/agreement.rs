@@ -66,6 +66,7 @@ async fn live_replay_equals_the_simulation() {
                     limit: Some(requests),
                     keep_state: false,
                     auto_expected_items: false,
+                    sample: None,
                 },
                 &Quiet,
             )

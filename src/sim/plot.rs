@@ -1,5 +1,6 @@
 //! `simulate --plot`: hit ratio and byte hit ratio against cache size, one line per policy and
-//! eviction, as an SVG.
+//! eviction, and hit ratio against cache writes (the Pareto view: what each pair buys per
+//! write), as an SVG.
 
 use super::Report;
 use crate::units;
@@ -17,8 +18,8 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(23, 190, 207),
 ];
 
-/// A point: (cache size, hit ratio %, byte hit ratio %).
-type Point = (f64, f64, f64);
+/// A point: (cache size, hit ratio %, byte hit ratio %, cache writes).
+type Point = (f64, f64, f64, f64);
 /// Picks the y value of a panel from a point.
 type Pick = fn(&Point) -> f64;
 
@@ -72,6 +73,7 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
             r.capacity_bytes.max(1) as f64,
             r.hit_ratio * 100.0,
             r.byte_hit_ratio * 100.0,
+            r.admissions.max(1) as f64,
         );
         match series.iter_mut().find(|(n, _)| *n == name) {
             Some((_, pts)) => pts.push(point),
@@ -99,7 +101,7 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
         ((m * 1.1) / 5.0).ceil().max(1.0) * 5.0
     };
 
-    let root = SVGBackend::new(path, (1200, 520)).into_drawing_area();
+    let root = SVGBackend::new(path, (1800, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(&e))?;
     let title = format!(
         "{}: {} requests, {:.1} % one-hit wonders (window {}, {} store)",
@@ -112,7 +114,7 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
     let root = root
         .titled(&title, ("sans-serif", 20))
         .map_err(|e| fail(&e))?;
-    let panels = root.split_evenly((1, 2));
+    let panels = root.split_evenly((1, 3));
     let specs: [(&str, Pick); 2] = [("hit ratio (%)", |p| p.1), ("byte hit ratio (%)", |p| p.2)];
     let sizeless = report.summary.requested_bytes == report.summary.requests;
     let size_axis = if sizeless {
@@ -159,6 +161,47 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.3))
             .draw()
+            .map_err(|e| fail(&e))?;
+    }
+    // Hit ratio against cache writes: up and to the left is better.
+    let (wlo, whi) = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|p| p.3))
+        .fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let (wlo, whi) = if wlo >= whi {
+        (wlo / 2.0, wlo * 2.0)
+    } else {
+        (wlo / 1.3, whi * 1.3)
+    };
+    let mut chart = ChartBuilder::on(&panels[2])
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(56)
+        .build_cartesian_2d((wlo..whi).log_scale(), 0.0..ymax(|p| p.1))
+        .map_err(|e| fail(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("cache writes (admissions; fewer is better)")
+        .y_desc("hit ratio (%)")
+        .x_label_formatter(&|x| axis_label(*x, true))
+        .draw()
+        .map_err(|e| fail(&e))?;
+    for (i, (_, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let mut by_writes = pts.clone();
+        by_writes.sort_by(|a, b| a.3.total_cmp(&b.3));
+        chart
+            .draw_series(LineSeries::new(
+                by_writes.iter().map(|p| (p.3, p.1)),
+                color.mix(0.5).stroke_width(1),
+            ))
+            .map_err(|e| fail(&e))?;
+        chart
+            .draw_series(
+                by_writes
+                    .iter()
+                    .map(|p| Circle::new((p.3, p.1), 4, color.filled())),
+            )
             .map_err(|e| fail(&e))?;
     }
     root.present().map_err(|e| fail(&e))?;

@@ -124,13 +124,21 @@ impl Report {
         let st = &self.settings;
         let _ = writeln!(
             out,
-            "filter: window {}, {} keys per generation at {} % FPR, {} layout; store {}\n",
+            "filter: window {}, {} keys per generation at {} % FPR, {} layout; store {}",
             st.window,
             units::count(st.expected_items),
             st.fpr * 100.0,
             st.layout,
             st.store
         );
+        if let Some(rate) = st.sample {
+            let _ = writeln!(
+                out,
+                "sampled: {} % of the keys (SHARDS); sizes and counts are the sample's, ratios estimate the whole trace's",
+                rate * 100.0
+            );
+        }
+        let _ = writeln!(out);
         let _ = writeln!(
             out,
             "{:<18} {:<11} {:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>13} {:>8}",
