@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The admission x eviction matrix the README shows: admit-all and second-hit in front of every
 # exact eviction, at 1 % and 10 % of the working set, on the four real traces and a synthetic
-# CDN trace (60 % of requests to one-time objects, Zipf 0.9, log-normal sizes). Prints markdown.
+# CDN trace (60 % of requests to one-time objects, Zipf 0.9, log-normal sizes); second-hit with
+# serve's default window (1 h) and its filter sized for the trace (--expected-items auto). Prints markdown.
 #
 # usage: scripts/matrix.sh            (needs ../shared/traces for two of the real traces)
 set -euo pipefail
@@ -19,7 +20,7 @@ for t in ../shared/traces/cloud_photos-sample.bz2 ../shared/traces/cloudPhysicsI
 done
 traces+=("$cdn")
 for t in "${traces[@]}"; do
-  $bin simulate --trace "$t" --policy admit-all,second-hit --eviction all \
+  $bin simulate --trace "$t" --policy admit-all,second-hit --eviction all --expected-items auto \
     --capacity-fraction 0.01,0.1 --json "$out/$(basename "$t").json" >/dev/null
 done
 python3 - "$out" "${traces[@]}" <<'PY'

@@ -151,7 +151,7 @@ impl SimStore for AdaptiveReplacement {
                 true
             }
             List::T2 => {
-                self.arena.to_head(&mut self.t2, i);
+                self.arena.move_to_head(&mut self.t2, i);
                 true
             }
             List::B1 => {

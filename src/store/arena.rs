@@ -168,7 +168,7 @@ impl<T: Copy> Arena<T> {
 
     /// Moves `i`, on `q`, to `q`'s head.
     #[inline]
-    pub(crate) fn to_head(&mut self, q: &mut Queue, i: u32) {
+    pub(crate) fn move_to_head(&mut self, q: &mut Queue, i: u32) {
         if q.head != i {
             self.unlink(q, i);
             self.push_head(q, i);
@@ -208,7 +208,7 @@ mod tests {
         a.push_head(&mut q2, s[3]);
         assert_eq!(order(&a, &q1), vec![0, 1, 2]);
         assert_eq!((q1.bytes, q1.len, q2.bytes), (33, 3, 13));
-        a.to_head(&mut q1, s[0]);
+        a.move_to_head(&mut q1, s[0]);
         assert_eq!(order(&a, &q1), vec![1, 2, 0]);
         let t = a.pop_tail(&mut q1).unwrap();
         assert_eq!(a.node(t).key, 1);

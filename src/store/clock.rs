@@ -44,7 +44,7 @@ impl Clock {
                 return true;
             }
             node.meta -= 1;
-            self.arena.to_head(&mut self.queue, i);
+            self.arena.move_to_head(&mut self.queue, i);
         }
         false
     }

@@ -40,7 +40,7 @@ impl SimStore for ExactLru {
     fn get(&mut self, req: &Access) -> bool {
         match self.index.get(&req.key.raw()) {
             Some(&i) => {
-                self.arena.to_head(&mut self.queue, i);
+                self.arena.move_to_head(&mut self.queue, i);
                 true
             }
             None => false,

@@ -98,13 +98,13 @@ impl S3Fifo {
                 self.arena.push_head(&mut self.main, i);
                 continue;
             }
-            self.to_ghost(i);
+            self.make_ghost(i);
             return;
         }
     }
 
     /// Slot `i`, just evicted from small, becomes a ghost key (if the ghost can hold it).
-    fn to_ghost(&mut self, i: u32) {
+    fn make_ghost(&mut self, i: u32) {
         let size = self.arena.node(i).size;
         if size > self.ghost_share {
             self.drop_slot(i);

@@ -144,7 +144,7 @@ impl WTinyLfu {
     /// A hit in main: probation's object moves to protected, whose overflow cools down.
     fn main_hit(&mut self, i: u32) {
         if self.arena.node(i).meta.seg == Seg::Protected {
-            self.arena.to_head(&mut self.protected, i);
+            self.arena.move_to_head(&mut self.protected, i);
             return;
         }
         self.arena.unlink(&mut self.probation, i);
@@ -217,7 +217,7 @@ impl SimStore for WTinyLfu {
             return false;
         };
         if self.arena.node(i).meta.seg == Seg::Window {
-            self.arena.to_head(&mut self.window, i);
+            self.arena.move_to_head(&mut self.window, i);
             return true;
         }
         self.main_hit(i);
