@@ -1178,4 +1178,26 @@ mod tests {
         assert_eq!(c.log.level, LogLevel::Warn);
         assert_eq!(c.origin.unwrap().to_string(), "http://x:1");
     }
+
+    #[test]
+    fn the_proxy_refuses_what_it_cannot_do_live_and_says_what_to_use() {
+        let e = Config::from_toml("origin = \"http://x:1\"\n[cache]\neviction = \"sieve\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("eviction sieve exists only in the simulator")
+                && e.contains("lru and tinylfu"),
+            "{e}"
+        );
+        let c = Config::from_toml("origin = \"http://x:1\"\n[admission]\npolicy = \"size:1MiB\"")
+            .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("cache.max_object_size = 1048576"), "{e}");
+        let c = Config::from_toml("origin = \"http://x:1\"\n[admission]\npolicy = \"prob:0.1\"")
+            .unwrap();
+        assert_eq!(
+            c.validate().unwrap().admission.policy,
+            Policy::Prob(1_000_000)
+        );
+    }
 }
