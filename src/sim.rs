@@ -554,8 +554,20 @@ pub fn run(
         .iter()
         .map(|s| Runner::new(*s, &settings))
         .collect::<Result<Vec<_>, _>>()?;
-    // Belady's policies read each request's next access: one more pass computes them all.
-    let future: Option<Arc<Vec<u64>>> = if options.evictions.iter().any(|e| e.needs_future()) {
+    // Belady's policies read each request's next access: an oracleGeneral file may carry them
+    // (read as libCacheSim does, when consistent); otherwise one more pass computes them all.
+    let carried = match (source.path(), rate) {
+        (Some(path), None)
+            if source.format_name() == "oracle-general"
+                && options.evictions.iter().any(|e| e.needs_future()) =>
+        {
+            crate::trace::convert::carried_next_accesses(path, options.limit.unwrap_or(u64::MAX))?
+        }
+        _ => None,
+    };
+    let future: Option<Arc<Vec<u64>>> = if let Some(next) = carried {
+        Some(Arc::new(next))
+    } else if options.evictions.iter().any(|e| e.needs_future()) {
         progress.begin("finding next accesses", None);
         let mut n = 0u64;
         let counted = open()?.inspect(|_| {

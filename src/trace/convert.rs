@@ -34,6 +34,51 @@ pub fn next_accesses(
     Ok(next)
 }
 
+/// The next accesses an oracleGeneral file carries (the 1-based `next_access_vtime` of each
+/// record, -1 for never), as [`next_accesses`] gives them, for the first `limit` records: what
+/// libCacheSim's Belady reads, and a pass with no hash map. `Ok(None)` when the file carries
+/// none (every value -1, as `gen-trace` writes) or an inconsistent set (a value that does not
+/// point forward, or two records pointing to the same one). Then the caller computes them.
+/// Values are trusted otherwise, as libCacheSim trusts them: `trace-convert` writes them right.
+pub fn carried_next_accesses(
+    path: &std::path::Path,
+    limit: u64,
+) -> Result<Option<Vec<u64>>, TraceError> {
+    let mut src = super::open_bytes(path)?;
+    let mut rec = [0u8; oracle::RECORD];
+    let mut raw: Vec<i64> = Vec::new();
+    let mut offset = 0u64;
+    while (raw.len() as u64) < limit && super::read_record(&mut src, &mut rec, path, offset)? {
+        offset += oracle::RECORD as u64;
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&rec[16..24]);
+        raw.push(i64::from_le_bytes(v));
+    }
+    let n = raw.len() as u64;
+    if raw.iter().all(|&v| v == -1) {
+        return Ok(None);
+    }
+    let mut targeted = vec![false; raw.len()];
+    let mut next = Vec::with_capacity(raw.len());
+    for (i, &v) in raw.iter().enumerate() {
+        let n0 = match v {
+            -1 | i64::MAX => NEVER,
+            v if v > i as i64 + 1 => (v - 1) as u64,
+            _ => return Ok(None),
+        };
+        if n0 != NEVER && n0 < n {
+            if std::mem::replace(&mut targeted[n0 as usize], true) {
+                return Ok(None);
+            }
+            next.push(n0);
+        } else {
+            // Past the records read (a --limit): not requested again within them.
+            next.push(NEVER);
+        }
+    }
+    Ok(Some(next))
+}
+
 /// What [`to_oracle_general`] wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Converted {
@@ -116,6 +161,39 @@ mod tests {
             next_accesses(trace.into_iter()).unwrap(),
             vec![2, NEVER, 4, NEVER, NEVER]
         );
+    }
+
+    #[test]
+    fn carried_next_accesses_are_read_back_or_refused() {
+        let dir = std::env::temp_dir().join(format!("secondhit-carried-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, recs: &[(u64, i64)]| {
+            let p = dir.join(name);
+            let bytes: Vec<u8> = recs
+                .iter()
+                .flat_map(|&(id, next)| oracle::encode(0, id, 1, next))
+                .collect();
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        // 7 8 7: the first 7 is next requested third (1-based 3).
+        let good = write("good.oracleGeneral.bin", &[(7, 3), (8, -1), (7, -1)]);
+        assert_eq!(
+            carried_next_accesses(&good, u64::MAX).unwrap(),
+            Some(vec![2, NEVER, NEVER])
+        );
+        // Within a limit of 2 records, the third is out of reach.
+        assert_eq!(
+            carried_next_accesses(&good, 2).unwrap(),
+            Some(vec![NEVER, NEVER])
+        );
+        let none = write("none.oracleGeneral.bin", &[(7, -1), (8, -1), (7, -1)]);
+        assert_eq!(carried_next_accesses(&none, u64::MAX).unwrap(), None);
+        let backwards = write("back.oracleGeneral.bin", &[(7, 1), (8, -1), (7, -1)]);
+        assert_eq!(carried_next_accesses(&backwards, u64::MAX).unwrap(), None);
+        let twice = write("twice.oracleGeneral.bin", &[(7, 3), (7, 3), (7, -1)]);
+        assert_eq!(carried_next_accesses(&twice, u64::MAX).unwrap(), None);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
