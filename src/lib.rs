@@ -33,14 +33,16 @@
 //! - [`clock`]: injected time: system clock for the server, manual clock for tests.
 //!
 //! The store:
-//! - [`store`]: the cache stores: moka (configured once for proxy and simulator) and an exact
-//!   byte-capacity LRU.
+//! - [`store`]: the cache stores: moka (configured once for proxy and simulator) and the exact
+//!   simulator stores, one file per eviction policy (lru, fifo, clock, sieve, s3fifo, arc,
+//!   wtinylfu, lfu, belady, belady-size), each libCacheSim 0.3.5's, on one arena of slots.
 //!
 //! The trace lab:
 //! - [`trace`]: access traces: one streaming reader per format, transparent decompression,
-//!   synthetic traces (`gen-trace`) and summaries (`trace-stats`).
+//!   synthetic traces (`gen-trace`), summaries (`trace-stats`), next-access times and
+//!   oracleGeneral output (`trace-convert`).
 //! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
-//!   SVG plot), in parallel, deterministic.
+//!   SVG plot, the best pair per size), in parallel, deterministic, optionally sampled (SHARDS).
 //! - [`replay`]: live replay of a trace as HTTP load against any cache, with latency histograms
 //!   and byte-for-byte verification.
 //! - [`origin_server`]: `secondhit origin`, a synthetic origin with verifiable content, counters

@@ -1,10 +1,25 @@
-//! The cache store: moka (the proxy's store, and on request the simulator's) and an exact
-//! byte-capacity LRU for fast, libCacheSim-comparable sweeps.
+//! The cache store: moka (the proxy's store, and on request the simulator's) and the exact
+//! stores of every eviction policy, for fast sweeps that equal libCacheSim's.
 //!
 //! [`moka_builder`] configures moka the same way for `serve` and `simulate`: byte capacity and
-//! eviction policy. [`SimStore`] is what the simulator drives: [`ExactLru`] (the default) or
-//! [`MokaStore`], which brings moka's batched maintenance to a fixed point so that its LRU is
-//! exact and its results do not depend on timing.
+//! eviction policy. [`SimStore`] is what the simulator drives, one [`Access`] per request:
+//! [`exact`] builds the exact store of an [`Eviction`] (one file each: [`ExactLru`], [`Fifo`],
+//! [`Clock`], [`Sieve`], [`S3Fifo`], [`AdaptiveReplacement`], [`WTinyLfu`], [`Lfu`],
+//! [`Belady`], [`BeladySize`], all on the one arena of `arena.rs`), or [`MokaStore`] brings
+//! moka's batched maintenance to a fixed point so that its LRU is exact and its results do not
+//! depend on timing.
+//!
+//! # Example
+//! ```
+//! use secondhit::store::{self, Access, Eviction};
+//!
+//! let mut cache = store::exact(Eviction::S3Fifo, 1_000).expect("the exact store has s3fifo");
+//! let req = Access::new(42, 50, 0); // object 42, 50 bytes, the trace's first request
+//! assert!(!cache.get(&req)); // a miss...
+//! assert!(cache.put(&req)); // ...stored
+//! assert!(cache.get(&Access::new(42, 50, 1)));
+//! assert!(store::exact(Eviction::TinyLfu, 1_000).is_none()); // moka's only
+//! ```
 
 mod arc;
 mod arena;
