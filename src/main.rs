@@ -126,7 +126,8 @@ struct TraceConvertArgs {
     input: TraceInput,
     /// The oracleGeneral file to write (".gz" or ".zst" at the end compresses it). Objects are
     /// numbered densely from 0 in first-seen order by the source's key rule; each record carries
-    /// the index of the same object's next request (-1: never). Holds 8 bytes per request and
+    /// the 1-based position of the same object's next request (-1: never), as libCacheSim's
+    /// converter writes it. Holds 8 bytes per request and
     /// one map entry per object in memory while it runs.
     #[arg(long)]
     out: PathBuf,
@@ -834,11 +835,12 @@ fn merge(files: &[PathBuf]) -> anyhow::Result<sim::Report> {
                 }
                 m.results.extend(report.results);
                 m.wall_secs += report.wall_secs;
-                m.answers = m.answers();
             }
         }
     }
-    merged.ok_or_else(|| anyhow::anyhow!("--merge: no files"))
+    let mut merged = merged.ok_or_else(|| anyhow::anyhow!("--merge: no files"))?;
+    merged.answers = merged.answers();
+    Ok(merged)
 }
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {

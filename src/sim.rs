@@ -50,6 +50,16 @@ pub enum SimError {
     /// No capacity given.
     #[error("no capacity given")]
     NoCapacity,
+    /// `--sample` shrank a cache to nothing.
+    #[error(
+        "--sample {rate} makes a cache of {capacity} bytes 0 bytes: give a larger rate or size"
+    )]
+    SampledToNothing {
+        /// The capacity asked for.
+        capacity: u64,
+        /// The rate.
+        rate: f64,
+    },
     /// A sampling rate outside (0, 1].
     #[error("sampling rate {0} must be a fraction in (0, 1], e.g. 0.01")]
     BadSample(f64),
@@ -470,8 +480,9 @@ pub fn shards_adjusted(hits: u64, requests: u64, total: u64, rate: f64) -> f64 {
 
 const CHUNK: usize = 1 << 14;
 
-/// Runs the simulation over `source` (read once, or twice when capacities are fractions of the
-/// working set, which takes a first pass).
+/// Runs the simulation over `source`: one pass, plus one for the working set when capacities
+/// are fractions of it, one for `--expected-items auto`, and one for next accesses when an
+/// eviction needs them.
 pub fn run(
     source: &Source,
     options: &Options,
@@ -525,10 +536,19 @@ pub fn run(
     let capacities: Vec<(u64, Option<f64>)> = match &options.capacities {
         // A sampled trace is simulated in a cache as much smaller (fractions follow by themselves:
         // the working set is the sample's).
-        Capacities::Bytes(v) => v
-            .iter()
-            .map(|&b| ((b as f64 * rate.unwrap_or(1.0)) as u64, None))
-            .collect(),
+        Capacities::Bytes(v) => {
+            let scaled: Vec<(u64, Option<f64>)> = v
+                .iter()
+                .map(|&b| ((b as f64 * rate.unwrap_or(1.0)) as u64, None))
+                .collect();
+            if let Some((i, _)) = scaled.iter().enumerate().find(|(_, (c, _))| *c == 0) {
+                return Err(SimError::SampledToNothing {
+                    capacity: v[i],
+                    rate: rate.unwrap_or(1.0),
+                });
+            }
+            scaled
+        }
         Capacities::Fractions(v) => {
             let ws = first_pass.as_ref().map_or(0, |s| s.working_set_bytes);
             v.iter()

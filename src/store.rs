@@ -243,8 +243,8 @@ pub struct Access {
     /// This request's index in the trace, from 0 (virtual time).
     pub vtime: u64,
     /// The index of the next request for the same key, or
-    /// [`NEVER`](crate::trace::convert::NEVER); only computed when a run's eviction
-    /// [needs the future](Eviction::needs_future), `NEVER` otherwise.
+    /// [`NEVER`](crate::trace::convert::NEVER); computed (or read from the trace) only when
+    /// some eviction of the sweep [needs the future](Eviction::needs_future), `NEVER` otherwise.
     pub next: u64,
 }
 
@@ -270,7 +270,9 @@ pub trait SimStore: Send {
     /// not change the stored size.
     fn get(&mut self, req: &Access) -> bool;
     /// Stores a missed object, evicting as needed. Returns whether it is in the store afterwards
-    /// (moka's TinyLFU, or a policy's own rule, may refuse it).
+    /// (moka's TinyLFU, or a policy's own rule, may refuse it). Called only right after a
+    /// [`get`](SimStore::get) of the same request missed: policies rely on it (the key is not
+    /// stored; S3-FIFO's and ARC's ghost lookups happened).
     fn put(&mut self, req: &Access) -> bool;
     /// Bytes stored.
     fn used_bytes(&self) -> u64;

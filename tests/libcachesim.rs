@@ -195,3 +195,43 @@ fn the_converted_trace_holds_the_same_objects() {
     assert_eq!(a, b);
     assert_eq!(a[0].0, 14_021);
 }
+
+/// Belady's future read from the converted file's own field equals the future computed for the
+/// same records (a copy with every next access -1, which makes the simulator compute them),
+/// also within a `--limit` (pointers past it are "never") and under sampling (which computes).
+#[test]
+fn carried_and_computed_next_accesses_give_the_same_belady() {
+    let file = converted(&bundled("request.trace.xz"), "future");
+    let mut bytes = std::fs::read(&file).unwrap();
+    for rec in bytes.chunks_mut(24) {
+        rec[16..24].copy_from_slice(&(-1i64).to_le_bytes());
+    }
+    let stripped = file.with_extension("stripped.oracleGeneral.bin");
+    std::fs::write(&stripped, bytes).unwrap();
+    let run = |p: &Path, limit: Option<u64>, sample: Option<f64>| {
+        let options = Options {
+            policies: vec![Policy::AdmitAll, Policy::SecondHitExact],
+            evictions: vec![Eviction::Belady, Eviction::BeladySize],
+            capacities: Capacities::Fractions(vec![0.01, 0.1]),
+            limit,
+            sample,
+            ..Options::default()
+        };
+        let r = sim::run(&trace::Source::file(p, None), &options, &Quiet).unwrap();
+        r.results.iter().map(|r| r.hits).collect::<Vec<_>>()
+    };
+    for (limit, sample) in [(None, None), (Some(30_000), None), (None, Some(0.5))] {
+        assert_eq!(
+            run(&file, limit, sample),
+            run(&stripped, limit, sample),
+            "limit {limit:?}, sample {sample:?}"
+        );
+    }
+    assert_eq!(
+        run(&file, None, None)[0],
+        21_045,
+        "libCacheSim's belady at 1 %"
+    );
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&stripped);
+}

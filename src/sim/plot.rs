@@ -59,8 +59,8 @@ pub struct PlotError {
     pub message: String,
 }
 
-/// Draws the report into an SVG file: two panels side by side (hit ratio, byte hit ratio), cache
-/// size on a log axis.
+/// Draws the report into an SVG file: three panels side by side: hit ratio and byte hit ratio
+/// against cache size on a log axis, and hit ratio against cache writes.
 pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
     let fail = |e: &dyn std::fmt::Display| PlotError {
         path: path.to_path_buf(),

@@ -98,8 +98,12 @@ impl<T: Copy> Arena<T> {
                 i
             }
             None => {
-                // Slots are u32 indices: 4 billion objects at once is past any trace here.
-                let i = u32::try_from(self.nodes.len()).unwrap_or(NIL - 1);
+                // Slots are u32 indices: 4 billion objects at once is past any trace here (and
+                // past this machine's memory at 40 bytes a slot), so running out is a bug.
+                let i = u32::try_from(self.nodes.len())
+                    .ok()
+                    .filter(|&i| i != NIL)
+                    .expect("more than 4 billion objects in one simulated store");
                 self.nodes.push(node);
                 i
             }

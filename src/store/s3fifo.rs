@@ -3,7 +3,8 @@
 //! from the small one.
 //!
 //! libCacheSim's rules, which decide exact hit counts:
-//! * Sizes: small `floor(0.1 C)` (only an admission limit: an object must be smaller than it),
+//! * Sizes: small `floor(0.1 C)` (only an admission limit: a new object must be smaller than it,
+//!   one back from the ghost at most as large),
 //!   main `C - small`, ghost `floor(0.9 C)` (bytes of the keys' object sizes). Stored bytes are
 //!   small + main; ghost keys hold no bytes of the cache.
 //! * A hit in either queue adds one to the object's count and moves nothing. A request whose key
@@ -232,7 +233,7 @@ mod tests {
             s.store.arena.node(s.store.index[&s.key(1)]).meta.on,
             On::Main
         );
-        assert!(s.store.used_bytes() <= 100);
+        assert_eq!((s.store.small.bytes, s.store.main.bytes), (5, 95));
         // Too large for small's share: refused, nothing evicted.
         let used = s.store.used_bytes();
         assert!(!s.put(99, 11));

@@ -56,6 +56,8 @@ pub struct WTinyLfu {
     sketch: Sketch,
     /// Hits in main since the sketch was last halved.
     main_hits: u64,
+    /// The sketch is halved every this many hits in main (32 x main's share).
+    halve_every: u64,
 }
 
 impl WTinyLfu {
@@ -82,6 +84,7 @@ impl WTinyLfu {
             protected_share,
             sketch: Sketch::new(main_share),
             main_hits: 0,
+            halve_every: main_share.saturating_mul(32),
         }
     }
 
@@ -223,7 +226,7 @@ impl SimStore for WTinyLfu {
         self.main_hit(i);
         self.sketch.add(req.id);
         self.main_hits += 1;
-        if self.main_hits >= 32 * self.main_share {
+        if self.main_hits >= self.halve_every {
             self.main_hits = 0;
             self.sketch.halve();
         }
@@ -315,24 +318,21 @@ impl Sketch {
         }
     }
 
-    fn min(&self, id: u64) -> u32 {
-        self.probes(id)
-            .into_iter()
-            .map(|at| self.get(at))
-            .min()
-            .unwrap_or(0)
+    fn min(&self, probes: &[u32]) -> u32 {
+        probes.iter().map(|&at| self.get(at)).min().unwrap_or(0)
     }
 
     /// The estimate, compared as libCacheSim does (a signed 32-bit value).
     fn estimate(&self, id: u64) -> i32 {
-        self.min(id) as i32
+        self.min(&self.probes(id)) as i32
     }
 
     fn add(&mut self, id: u64) {
-        if self.min(id) == u32::MAX {
+        let probes = self.probes(id);
+        if self.min(&probes) == u32::MAX {
             return;
         }
-        for at in self.probes(id) {
+        for at in probes {
             match &mut self.counters {
                 Counters::Dense(v) => v[at as usize] = v[at as usize].wrapping_add(1),
                 Counters::Sparse(m) => {

@@ -38,42 +38,52 @@ pub fn next_accesses(
 /// record, -1 for never), as [`next_accesses`] gives them, for the first `limit` records: what
 /// libCacheSim's Belady reads, and a pass with no hash map. `Ok(None)` when the file carries
 /// none (every value -1, as `gen-trace` writes) or an inconsistent set (a value that does not
-/// point forward, or two records pointing to the same one). Then the caller computes them.
-/// Values are trusted otherwise, as libCacheSim trusts them: `trace-convert` writes them right.
+/// point forward, to a record of another object, or to a record another one points to). Then
+/// the caller computes them. A chain that skips an occurrence of its object is not detected
+/// (that needs the map this pass avoids): values are trusted that far, as libCacheSim trusts
+/// them; `trace-convert` writes them right. Holds 17 bytes per record while it runs.
 pub fn carried_next_accesses(
     path: &std::path::Path,
     limit: u64,
 ) -> Result<Option<Vec<u64>>, TraceError> {
     let mut src = super::open_bytes(path)?;
     let mut rec = [0u8; oracle::RECORD];
-    let mut raw: Vec<i64> = Vec::new();
-    let mut offset = 0u64;
-    while (raw.len() as u64) < limit && super::read_record(&mut src, &mut rec, path, offset)? {
-        offset += oracle::RECORD as u64;
+    let field = |rec: &[u8; oracle::RECORD], at: usize| {
         let mut v = [0u8; 8];
-        v.copy_from_slice(&rec[16..24]);
-        raw.push(i64::from_le_bytes(v));
+        v.copy_from_slice(&rec[at..at + 8]);
+        v
+    };
+    let (mut ids, mut next) = (Vec::new(), Vec::new());
+    let mut offset = 0u64;
+    let mut carried = false;
+    while (ids.len() as u64) < limit && super::read_record(&mut src, &mut rec, path, offset)? {
+        offset += oracle::RECORD as u64;
+        let i = ids.len() as u64;
+        ids.push(u64::from_le_bytes(field(&rec, 4)));
+        next.push(match i64::from_le_bytes(field(&rec, 16)) {
+            -1 | i64::MAX => NEVER,
+            // 1-based, strictly after this record.
+            v if v > 0 && (v as u64) > i + 1 => {
+                carried = true;
+                v as u64 - 1
+            }
+            _ => return Ok(None),
+        });
     }
-    let n = raw.len() as u64;
-    if raw.iter().all(|&v| v == -1) {
+    if !carried {
         return Ok(None);
     }
-    let mut targeted = vec![false; raw.len()];
-    let mut next = Vec::with_capacity(raw.len());
-    for (i, &v) in raw.iter().enumerate() {
-        let n0 = match v {
-            -1 | i64::MAX => NEVER,
-            v if v > i as i64 + 1 => (v - 1) as u64,
-            _ => return Ok(None),
-        };
-        if n0 != NEVER && n0 < n {
-            if std::mem::replace(&mut targeted[n0 as usize], true) {
-                return Ok(None);
-            }
-            next.push(n0);
-        } else {
+    let mut targeted = vec![false; ids.len()];
+    for i in 0..next.len() {
+        let j = next[i];
+        if j == NEVER {
+            continue;
+        }
+        match ids.get(j as usize) {
             // Past the records read (a --limit): not requested again within them.
-            next.push(NEVER);
+            None => next[i] = NEVER,
+            Some(&id) if id == ids[i] && !std::mem::replace(&mut targeted[j as usize], true) => {}
+            Some(_) => return Ok(None),
         }
     }
     Ok(Some(next))
@@ -193,6 +203,8 @@ mod tests {
         assert_eq!(carried_next_accesses(&backwards, u64::MAX).unwrap(), None);
         let twice = write("twice.oracleGeneral.bin", &[(7, 3), (7, 3), (7, -1)]);
         assert_eq!(carried_next_accesses(&twice, u64::MAX).unwrap(), None);
+        let other = write("other.oracleGeneral.bin", &[(7, 2), (8, -1), (7, -1)]);
+        assert_eq!(carried_next_accesses(&other, u64::MAX).unwrap(), None);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -191,7 +191,7 @@ impl fmt::Display for PolicyError {
             ),
             PolicyError::BadProbability(v) => write!(
                 f,
-                "prob:P: P must be a probability from 0 to 1 (at most 7 decimals), got {v:?}"
+                "prob:P: P must be a probability from 0 to 1 (kept to 7 decimals), got {v:?}"
             ),
             PolicyError::BadSize(v) => write!(
                 f,
