@@ -76,8 +76,7 @@ impl AdaptiveReplacement {
         let Some(i) = self.arena.pop_tail(q) else {
             return false;
         };
-        self.index.remove(&self.arena.node(i).key);
-        self.arena.release(i);
+        self.arena.forget(&mut self.index, i);
         true
     }
 

@@ -110,6 +110,27 @@ impl<T: Copy> Arena<T> {
         }
     }
 
+    /// A slot for a new object at `q`'s head, indexed under its key.
+    pub(crate) fn insert_head(
+        &mut self,
+        index: &mut Index,
+        q: &mut Queue,
+        key: u128,
+        size: u64,
+        meta: T,
+    ) -> u32 {
+        let i = self.alloc(key, size, meta);
+        self.push_head(q, i);
+        index.insert(key, i);
+        i
+    }
+
+    /// Unindexes slot `i` (on no queue) and gives it back.
+    pub(crate) fn forget(&mut self, index: &mut Index, i: u32) {
+        index.remove(&self.nodes[i as usize].key);
+        self.free.push(i);
+    }
+
     /// Gives slot `i` back (it must be on no queue).
     pub(crate) fn release(&mut self, i: u32) {
         self.free.push(i);

@@ -39,8 +39,7 @@ impl Clock {
             let node = self.arena.node_mut(i);
             if node.meta == 0 {
                 self.arena.unlink(&mut self.queue, i);
-                self.index.remove(&self.arena.node(i).key);
-                self.arena.release(i);
+                self.arena.forget(&mut self.index, i);
                 return true;
             }
             node.meta -= 1;
@@ -74,9 +73,8 @@ impl SimStore for Clock {
                 break;
             }
         }
-        let i = self.arena.alloc(req.key.raw(), req.size, 0);
-        self.arena.push_head(&mut self.queue, i);
-        self.index.insert(req.key.raw(), i);
+        self.arena
+            .insert_head(&mut self.index, &mut self.queue, req.key.raw(), req.size, 0);
         true
     }
 

@@ -37,12 +37,15 @@ impl SimStore for Fifo {
             let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
                 break;
             };
-            self.index.remove(&self.arena.node(victim).key);
-            self.arena.release(victim);
+            self.arena.forget(&mut self.index, victim);
         }
-        let i = self.arena.alloc(req.key.raw(), req.size, ());
-        self.arena.push_head(&mut self.queue, i);
-        self.index.insert(req.key.raw(), i);
+        self.arena.insert_head(
+            &mut self.index,
+            &mut self.queue,
+            req.key.raw(),
+            req.size,
+            (),
+        );
         true
     }
 

@@ -60,8 +60,7 @@ impl SimStore for ExactLru {
             let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
                 break;
             };
-            self.index.remove(&self.arena.node(victim).key);
-            self.arena.release(victim);
+            self.arena.forget(&mut self.index, victim);
         }
         let i = self.arena.alloc(key, req.size, ());
         self.arena.push_head(&mut self.queue, i);

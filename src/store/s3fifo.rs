@@ -73,12 +73,6 @@ impl S3Fifo {
         }
     }
 
-    /// Forgets slot `i` (on no queue) entirely.
-    fn drop_slot(&mut self, i: u32) {
-        self.index.remove(&self.arena.node(i).key);
-        self.arena.release(i);
-    }
-
     fn evict(&mut self) {
         self.has_evicted = true;
         if self.main.bytes > self.main_share || self.small.bytes == 0 {
@@ -108,14 +102,14 @@ impl S3Fifo {
     fn make_ghost(&mut self, i: u32) {
         let size = self.arena.node(i).size;
         if size > self.ghost_share {
-            self.drop_slot(i);
+            self.arena.forget(&mut self.index, i);
             return;
         }
         while self.ghost.bytes + size > self.ghost_share {
             let Some(old) = self.arena.pop_tail(&mut self.ghost) else {
                 break;
             };
-            self.drop_slot(old);
+            self.arena.forget(&mut self.index, old);
         }
         self.arena.node_mut(i).meta = Meta {
             count: 0,
@@ -132,7 +126,7 @@ impl S3Fifo {
                 self.arena.push_head(&mut self.main, i);
                 continue;
             }
-            self.drop_slot(i);
+            self.arena.forget(&mut self.index, i);
             return;
         }
     }
@@ -164,7 +158,7 @@ impl SimStore for S3Fifo {
             }
             On::Ghost => {
                 self.arena.unlink(&mut self.ghost, i);
-                self.drop_slot(i);
+                self.arena.forget(&mut self.index, i);
                 self.ghost_hit = true;
                 false
             }

@@ -48,8 +48,7 @@ impl Sieve {
         }
         self.hand = self.arena.newer(at);
         self.arena.unlink(&mut self.queue, at);
-        self.index.remove(&self.arena.node(at).key);
-        self.arena.release(at);
+        self.arena.forget(&mut self.index, at);
         true
     }
 }
@@ -75,9 +74,13 @@ impl SimStore for Sieve {
                 break;
             }
         }
-        let i = self.arena.alloc(req.key.raw(), req.size, false);
-        self.arena.push_head(&mut self.queue, i);
-        self.index.insert(req.key.raw(), i);
+        self.arena.insert_head(
+            &mut self.index,
+            &mut self.queue,
+            req.key.raw(),
+            req.size,
+            false,
+        );
         true
     }
 

@@ -112,13 +112,8 @@ impl WTinyLfu {
             Seg::Probation => self.arena.unlink(&mut self.probation, i),
             _ => self.arena.unlink(&mut self.protected, i),
         }
-        self.forget(i);
+        self.arena.forget(&mut self.index, i);
         true
-    }
-
-    fn forget(&mut self, i: u32) {
-        self.index.remove(&self.arena.node(i).key);
-        self.arena.release(i);
     }
 
     /// Puts slot `i` (on no queue) into main: the lowest segment with room, else probation
@@ -193,7 +188,7 @@ impl WTinyLfu {
                 self.sketch.add(id);
                 return true;
             }
-            self.forget(v);
+            self.arena.forget(&mut self.index, v);
             self.sketch.add(id);
             return true;
         }
