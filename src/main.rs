@@ -230,7 +230,8 @@ struct SimulateArgs {
     #[command(flatten)]
     input: TraceInput,
     /// Admission policies, comma-separated: admit-all, second-hit, second-hit-exact, nth-hit:N,
-    /// nth-hit-exact:N.
+    /// nth-hit-exact:N, prob:P (admit with probability P, seeded), size:BYTES (admit objects up
+    /// to a size, e.g. size:1MiB).
     #[arg(
         long,
         value_delimiter = ',',
