@@ -278,6 +278,27 @@ pub trait SimStore: Send {
     fn used_bytes(&self) -> u64;
 }
 
+/// libCacheSim's insertion rule, shared by the single-queue policies: an object larger than the
+/// cache is refused with nothing evicted; otherwise `evict` runs until `used + size` fits (or it
+/// can evict nothing more). Returns whether to insert.
+pub(crate) fn make_room<S>(
+    store: &mut S,
+    size: u64,
+    capacity: u64,
+    used: fn(&S) -> u64,
+    evict: fn(&mut S) -> bool,
+) -> bool {
+    if size > capacity {
+        return false;
+    }
+    while used(store) + size > capacity {
+        if !evict(store) {
+            break;
+        }
+    }
+    true
+}
+
 /// The exact store of `eviction` with `capacity` bytes, or `None` for an eviction only moka has.
 pub fn exact(eviction: Eviction, capacity: u64) -> Option<Box<dyn SimStore>> {
     Some(match eviction {

@@ -84,13 +84,8 @@ impl SimStore for Belady {
     }
 
     fn put(&mut self, req: &Access) -> bool {
-        if req.size > self.capacity {
+        if !super::make_room(self, req.size, self.capacity, |s| s.used, Self::evict) {
             return false;
-        }
-        while self.used + req.size > self.capacity {
-            if !self.evict() {
-                break;
-            }
         }
         let slot = self.arena.alloc(req.key.raw(), req.size, req.next);
         self.index.insert(req.key.raw(), slot);

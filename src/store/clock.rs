@@ -65,13 +65,14 @@ impl SimStore for Clock {
     }
 
     fn put(&mut self, req: &Access) -> bool {
-        if req.size > self.capacity {
+        if !super::make_room(
+            self,
+            req.size,
+            self.capacity,
+            |s| s.queue.bytes,
+            Self::evict,
+        ) {
             return false;
-        }
-        while self.queue.bytes + req.size > self.capacity {
-            if !self.evict() {
-                break;
-            }
         }
         self.arena
             .insert_head(&mut self.index, &mut self.queue, req.key.raw(), req.size, 0);

@@ -23,6 +23,17 @@ impl Fifo {
     }
 }
 
+impl Fifo {
+    /// Evicts the oldest object; false if there is none.
+    fn evict(&mut self) -> bool {
+        let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
+            return false;
+        };
+        self.arena.forget(&mut self.index, victim);
+        true
+    }
+}
+
 impl SimStore for Fifo {
     #[inline]
     fn get(&mut self, req: &Access) -> bool {
@@ -30,14 +41,14 @@ impl SimStore for Fifo {
     }
 
     fn put(&mut self, req: &Access) -> bool {
-        if req.size > self.capacity {
+        if !super::make_room(
+            self,
+            req.size,
+            self.capacity,
+            |s| s.queue.bytes,
+            Self::evict,
+        ) {
             return false;
-        }
-        while self.queue.bytes + req.size > self.capacity {
-            let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
-                break;
-            };
-            self.arena.forget(&mut self.index, victim);
         }
         self.arena.insert_head(
             &mut self.index,

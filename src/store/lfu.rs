@@ -67,13 +67,8 @@ impl SimStore for Lfu {
     }
 
     fn put(&mut self, req: &Access) -> bool {
-        if req.size > self.capacity {
+        if !super::make_room(self, req.size, self.capacity, |s| s.used, Self::evict) {
             return false;
-        }
-        while self.used + req.size > self.capacity {
-            if !self.evict() {
-                break;
-            }
         }
         let i = self.arena.alloc(req.key.raw(), req.size, 1);
         self.arena.push_head(self.buckets.entry(1).or_default(), i);

@@ -29,6 +29,15 @@ impl ExactLru {
         self.index.len()
     }
 
+    /// Evicts the least recently used object; false if there is none.
+    fn evict(&mut self) -> bool {
+        let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
+            return false;
+        };
+        self.arena.forget(&mut self.index, victim);
+        true
+    }
+
     /// Whether nothing is stored.
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
@@ -48,19 +57,19 @@ impl SimStore for ExactLru {
     }
 
     fn put(&mut self, req: &Access) -> bool {
-        if req.size > self.capacity {
-            return false;
-        }
         let key = req.key.raw();
         if let Some(i) = self.index.remove(&key) {
             self.arena.unlink(&mut self.queue, i);
             self.arena.release(i);
         }
-        while self.queue.bytes + req.size > self.capacity {
-            let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
-                break;
-            };
-            self.arena.forget(&mut self.index, victim);
+        if !super::make_room(
+            self,
+            req.size,
+            self.capacity,
+            |s| s.queue.bytes,
+            Self::evict,
+        ) {
+            return false;
         }
         let i = self.arena.alloc(key, req.size, ());
         self.arena.push_head(&mut self.queue, i);

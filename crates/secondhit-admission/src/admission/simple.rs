@@ -3,6 +3,34 @@
 //! `size:BYTES`).
 
 use super::counter::Counter;
+
+/// What a memoryless policy counts: its admissions and deferrals.
+#[derive(Debug, Default)]
+struct Tally {
+    admitted: Counter,
+    deferred: Counter,
+}
+
+impl Tally {
+    /// Counts `admit` and returns it as a decision.
+    fn decide(&self, admit: bool) -> Decision {
+        if admit {
+            self.admitted.incr();
+            Decision::Admit
+        } else {
+            self.deferred.incr();
+            Decision::Defer
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        Stats {
+            admitted: self.admitted.get(),
+            deferred: self.deferred.get(),
+            ..Stats::default()
+        }
+    }
+}
 use super::{Admission, Decision, Policy, Stats};
 use crate::hash::KeyHash;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -18,8 +46,7 @@ pub struct Probabilistic {
     /// `p` in parts per ten million, for the name.
     per_ten_million: u32,
     state: AtomicU64,
-    admitted: Counter,
-    deferred: Counter,
+    tally: Tally,
 }
 
 /// The generator's seed when none is given.
@@ -38,8 +65,7 @@ impl Probabilistic {
             threshold,
             per_ten_million,
             state: AtomicU64::new(seed),
-            admitted: Counter::default(),
-            deferred: Counter::default(),
+            tally: Tally::default(),
         }
     }
 
@@ -56,21 +82,12 @@ impl Probabilistic {
 
 impl Admission for Probabilistic {
     fn on_miss(&self, _key: KeyHash, _now: Duration) -> Decision {
-        if self.threshold == u64::MAX || self.draw() < self.threshold {
-            self.admitted.incr();
-            Decision::Admit
-        } else {
-            self.deferred.incr();
-            Decision::Defer
-        }
+        self.tally
+            .decide(self.threshold == u64::MAX || self.draw() < self.threshold)
     }
 
     fn stats(&self) -> Stats {
-        Stats {
-            admitted: self.admitted.get(),
-            deferred: self.deferred.get(),
-            ..Stats::default()
-        }
+        self.tally.stats()
     }
 
     fn name(&self) -> String {
@@ -83,8 +100,7 @@ impl Admission for Probabilistic {
 #[derive(Debug)]
 pub struct SizeLimit {
     limit: u64,
-    admitted: Counter,
-    deferred: Counter,
+    tally: Tally,
 }
 
 impl SizeLimit {
@@ -92,34 +108,22 @@ impl SizeLimit {
     pub fn new(limit: u64) -> Self {
         SizeLimit {
             limit,
-            admitted: Counter::default(),
-            deferred: Counter::default(),
+            tally: Tally::default(),
         }
     }
 }
 
 impl Admission for SizeLimit {
     fn on_miss(&self, _key: KeyHash, _now: Duration) -> Decision {
-        self.admitted.incr();
-        Decision::Admit
+        self.tally.decide(true)
     }
 
     fn on_miss_sized(&self, _key: KeyHash, size: u64, _now: Duration) -> Decision {
-        if size <= self.limit {
-            self.admitted.incr();
-            Decision::Admit
-        } else {
-            self.deferred.incr();
-            Decision::Defer
-        }
+        self.tally.decide(size <= self.limit)
     }
 
     fn stats(&self) -> Stats {
-        Stats {
-            admitted: self.admitted.get(),
-            deferred: self.deferred.get(),
-            ..Stats::default()
-        }
+        self.tally.stats()
     }
 
     fn name(&self) -> String {
