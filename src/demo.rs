@@ -162,6 +162,7 @@ pub async fn run(
             keep_state: false,
             auto_expected_items: false,
             sample: None,
+            nodes: sim::Nodes::default(),
         };
         let predicted = tokio::task::spawn_blocking({
             let source = source.clone();

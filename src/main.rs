@@ -279,6 +279,16 @@ struct SimulateArgs {
     /// fraction of the time and memory (e.g. 0.01 for miss-ratio curves over many sizes).
     #[arg(long)]
     sample: Option<f64>,
+    /// Predict a cluster: N nodes behind a consistent-hash balancer (a ring of 160 points per
+    /// node, as nginx's `hash ... consistent` and haproxy's `hash-type consistent`), each key on
+    /// one node with its own filter and cache. Figures are the cluster's totals; --json adds
+    /// `per_node`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    nodes: usize,
+    /// With --nodes: split (each node has capacity / N: the same total memory) or each (each
+    /// node has the whole capacity).
+    #[arg(long, default_value = "split", value_name = "split|each")]
+    node_capacity: sim::NodeCapacity,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]
     json: Option<PathBuf>,
@@ -759,6 +769,17 @@ fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
     if let Some(r) = args.sample {
         opt("sample", r.to_string());
     }
+    if args.nodes != 1 {
+        opt("nodes", args.nodes.to_string());
+        opt(
+            "node-capacity",
+            match args.node_capacity {
+                sim::NodeCapacity::Split => "split",
+                sim::NodeCapacity::Each => "each",
+            }
+            .into(),
+        );
+    }
     if args.input.csv_header {
         common.push("--csv-header".into());
     }
@@ -876,6 +897,10 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         keep_state: args.save_state.is_some(),
         auto_expected_items: matches!(args.expected_items, ExpectedItems::Auto),
         sample: args.sample,
+        nodes: sim::Nodes {
+            count: args.nodes,
+            capacity: args.node_capacity,
+        },
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),

@@ -632,7 +632,7 @@ impl Proxy {
     fn admit(&self, target: &Target, key: &str) -> Admit {
         let decision = self
             .admission
-            .on_miss(KeyHash::of(target.key.as_bytes()), self.clock.now());
+            .on_miss(KeyHash::of_u64(target.id), self.clock.now());
         if decision == Decision::Defer {
             return Admit::Deferred;
         }

@@ -11,14 +11,18 @@
 //! object larger than the capacity is never stored; a hit does not change the stored size; byte
 //! hits count the current request's size.
 
+mod lane;
 mod plot;
 mod report;
+mod ring;
 
+pub use lane::{Counts, Lane, Step};
 pub use plot::{plot_svg, PlotError};
 pub use report::{Answer, Pick};
+pub use ring::{NodeCapacity, NodeResult, Nodes, Ring, POINTS_PER_NODE};
 
-use crate::admission::{Admission, Policy, PolicyError, Settings};
-use crate::store::{self, Access, Eviction, MokaStore, SimStore, StoreKind};
+use crate::admission::{Policy, PolicyError, Settings};
+use crate::store::{Access, Eviction, StoreKind};
 use crate::trace::stats::{self, Collector, TraceStats};
 use crate::trace::{Request, Source, TraceError};
 use serde::Serialize;
@@ -69,6 +73,22 @@ pub enum SimError {
     /// `keep_state` (`--save-state`) with more than one run.
     #[error("--save-state keeps one filter: give one policy, one eviction and one size (this is {0} runs)")]
     SaveStateNeedsOneRun(usize),
+    /// `--nodes 0`.
+    #[error("--nodes must be at least 1")]
+    NoNodes,
+    /// `keep_state` (`--save-state`) with more than one node.
+    #[error(
+        "--save-state keeps one filter: a cluster of {0} nodes has one per node; leave out --nodes"
+    )]
+    SaveStateNeedsOneNode(usize),
+    /// A capacity that leaves a node nothing.
+    #[error("a cache of {capacity} bytes split over {nodes} nodes leaves each 0 bytes: give a larger size, or --node-capacity each")]
+    NodeCapacityZero {
+        /// The cluster's capacity.
+        capacity: u64,
+        /// The nodes.
+        nodes: usize,
+    },
     /// A worker thread panicked: a bug, reported with where it happened.
     #[error("the {thread} panicked: {message}")]
     Panicked {
@@ -127,6 +147,9 @@ pub struct Options {
     /// whose key hashes below this fraction of the hash space, and simulate caches that much
     /// smaller. Ratios estimate the full trace's; counts and sizes are the sample's.
     pub sample: Option<f64>,
+    /// A cluster of nodes behind a consistent-hash balancer ([`Ring`]): each run is that many
+    /// caches, each key on one of them. Default: one cache.
+    pub nodes: Nodes,
 }
 
 impl Default for Options {
@@ -144,6 +167,7 @@ impl Default for Options {
             keep_state: false,
             auto_expected_items: false,
             sample: None,
+            nodes: Nodes::default(),
         }
     }
 }
@@ -216,6 +240,12 @@ impl Options {
         if self.keep_state && runs != 1 {
             return Err(SimError::SaveStateNeedsOneRun(runs));
         }
+        if self.nodes.count == 0 {
+            return Err(SimError::NoNodes);
+        }
+        if self.keep_state && self.nodes.count > 1 {
+            return Err(SimError::SaveStateNeedsOneNode(self.nodes.count));
+        }
         Ok(())
     }
 }
@@ -285,53 +315,43 @@ pub struct RunResult {
     pub approx_missed_admissions: Option<u64>,
     /// Requests per second of this run's own work (one thread; trace reading excluded).
     pub requests_per_sec: f64,
+    /// With [`Options::nodes`] above one: each node's figures, node 0 first (the fields above
+    /// are the cluster's totals; `capacity_bytes` is the cluster's, each node has its share).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_node: Vec<NodeResult>,
 }
 
 struct Runner {
     spec: RunSpec,
-    store: Box<dyn SimStore>,
-    admission: Box<dyn Admission>,
-    shadow: Option<Box<dyn Admission>>,
-    requests: u64,
-    requested_bytes: u64,
-    hits: u64,
-    hit_bytes: u64,
-    admissions: u64,
-    admitted_bytes: u64,
-    rejections: u64,
-    extra: u64,
-    missed: u64,
+    /// One lane per node ([`Options::nodes`]); one for a single cache.
+    lanes: Vec<Lane>,
+    /// Which node a key goes to, with more than one.
+    ring: Option<Ring>,
     busy: Duration,
     /// The trace time of the last request (the filter's "now" when its state is kept).
     last_time: Duration,
 }
 
 impl Runner {
-    fn new(spec: RunSpec, settings: &Settings) -> Result<Runner, SimError> {
-        let store: Box<dyn SimStore> = match spec.store {
-            StoreKind::Exact => {
-                store::exact(spec.eviction, spec.capacity).ok_or(SimError::TinyLfuNeedsMoka)?
-            }
-            StoreKind::Moka => Box::new(MokaStore::new(spec.capacity, spec.eviction)),
-        };
-        let shadow = match spec.policy.exact_counterpart() {
-            Some(p) => Some(settings.build(p)?),
-            None => None,
-        };
+    fn new(spec: RunSpec, settings: &Settings, nodes: &Nodes) -> Result<Runner, SimError> {
+        let n = nodes.count.max(1);
+        let capacity = nodes.node_capacity(spec.capacity);
+        let lanes = (0..n)
+            .map(|_| {
+                Lane::new(
+                    spec.policy,
+                    spec.eviction,
+                    spec.store,
+                    capacity,
+                    settings,
+                    true,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Runner {
             spec,
-            store,
-            admission: settings.build(spec.policy)?,
-            shadow,
-            requests: 0,
-            requested_bytes: 0,
-            hits: 0,
-            hit_bytes: 0,
-            admissions: 0,
-            admitted_bytes: 0,
-            rejections: 0,
-            extra: 0,
-            missed: 0,
+            lanes,
+            ring: (n > 1).then(|| Ring::new(n)),
             busy: Duration::ZERO,
             last_time: Duration::ZERO,
         })
@@ -340,9 +360,7 @@ impl Runner {
     /// Request number `vtime` of the trace (from 0), whose key is next requested at `next`.
     #[inline]
     fn step(&mut self, r: &Request, vtime: u64, next: u64) {
-        self.requests += 1;
         self.last_time = r.time;
-        self.requested_bytes += r.size;
         let access = Access {
             key: r.key,
             id: r.id,
@@ -350,54 +368,55 @@ impl Runner {
             vtime,
             next,
         };
-        if self.store.get(&access) {
-            self.hits += 1;
-            self.hit_bytes += r.size;
-            return;
-        }
-        let admit = self
-            .admission
-            .on_miss_sized(r.key, r.size, r.time)
-            .is_admit();
-        if let Some(shadow) = &self.shadow {
-            let exact = shadow.on_miss(r.key, r.time).is_admit();
-            self.extra += u64::from(admit && !exact);
-            self.missed += u64::from(!admit && exact);
-        }
-        if admit && r.size <= self.spec.capacity {
-            self.admissions += 1;
-            self.admitted_bytes += r.size;
-            if !self.store.put(&access) {
-                self.rejections += 1;
-            }
-        }
+        let lane = match &self.ring {
+            Some(ring) => &mut self.lanes[ring.node_of(r.key)],
+            None => &mut self.lanes[0],
+        };
+        lane.step(&access, r.time);
     }
 
     fn finish(self) -> RunResult {
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-        let approx = self.shadow.is_some();
-        let stats = self.admission.stats();
+        let approx = self.lanes.iter().any(Lane::compares);
+        let mut c = Counts::default();
+        let (mut rotations, mut on_count, mut per_window) = (0, 0, 0);
+        for lane in &self.lanes {
+            c.add(lane.counts());
+            let stats = lane.admission().stats();
+            rotations += stats.rotations;
+            on_count += stats.rotations_on_count;
+            per_window = per_window.max(stats.keys_per_window);
+        }
+        let per_node = if self.lanes.len() > 1 {
+            self.lanes
+                .iter()
+                .map(|l| NodeResult::of(l.counts()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         RunResult {
             policy: self.spec.policy.to_string(),
             eviction: self.spec.eviction.to_string(),
             store: self.spec.store.to_string(),
             capacity_bytes: self.spec.capacity,
             capacity_fraction: self.spec.fraction,
-            requests: self.requests,
-            hits: self.hits,
-            hit_bytes: self.hit_bytes,
-            hit_ratio: ratio(self.hits, self.requests),
-            byte_hit_ratio: ratio(self.hit_bytes, self.requested_bytes),
-            admissions: self.admissions,
-            admitted_bytes: self.admitted_bytes,
-            origin_bytes: self.requested_bytes - self.hit_bytes,
-            store_rejections: self.rejections,
-            rotations: stats.rotations,
-            rotations_on_count: stats.rotations_on_count,
-            keys_per_window: stats.keys_per_window,
-            approx_extra_admissions: approx.then_some(self.extra),
-            approx_missed_admissions: approx.then_some(self.missed),
-            requests_per_sec: self.requests as f64 / self.busy.as_secs_f64().max(1e-9),
+            requests: c.requests,
+            hits: c.hits,
+            hit_bytes: c.hit_bytes,
+            hit_ratio: ratio(c.hits, c.requests),
+            byte_hit_ratio: ratio(c.hit_bytes, c.requested_bytes),
+            admissions: c.admissions,
+            admitted_bytes: c.admitted_bytes,
+            origin_bytes: c.requested_bytes - c.hit_bytes,
+            store_rejections: c.rejections,
+            rotations,
+            rotations_on_count: on_count,
+            keys_per_window: per_window,
+            approx_extra_admissions: approx.then_some(c.extra),
+            approx_missed_admissions: approx.then_some(c.missed),
+            requests_per_sec: c.requests as f64 / self.busy.as_secs_f64().max(1e-9),
+            per_node,
         }
     }
 }
@@ -459,6 +478,12 @@ pub struct SettingsReport {
     /// The spatial sampling rate, when the run sampled ([`Options::sample`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample: Option<f64>,
+    /// The simulated cluster's nodes, when more than one ([`Options::nodes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<usize>,
+    /// How they shared each capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_capacity: Option<NodeCapacity>,
 }
 
 /// Whether a request's key falls in the sampled share `rate` of the hash space (the high 64 bits
@@ -556,6 +581,15 @@ pub fn run(
                 .collect()
         }
     };
+    if let Some(&(capacity, _)) = capacities
+        .iter()
+        .find(|(c, _)| options.nodes.count > 1 && options.nodes.node_capacity(*c) == 0)
+    {
+        return Err(SimError::NodeCapacityZero {
+            capacity,
+            nodes: options.nodes.count,
+        });
+    }
     let mut specs = Vec::new();
     for &(capacity, fraction) in &capacities {
         for &eviction in &options.evictions {
@@ -572,7 +606,7 @@ pub fn run(
     }
     let runners = specs
         .iter()
-        .map(|s| Runner::new(*s, &settings))
+        .map(|s| Runner::new(*s, &settings, &options.nodes))
         .collect::<Result<Vec<_>, _>>()?;
     // Belady's policies read each request's next access: an oracleGeneral file may carry them
     // (read as libCacheSim does, when consistent); otherwise one more pass computes them all.
@@ -701,7 +735,9 @@ pub fn run(
             })?;
             for (i, r) in group {
                 if options.keep_state {
-                    state = r.admission.snapshot(r.last_time, crate::state::wall_now());
+                    state = r.lanes[0]
+                        .admission()
+                        .snapshot(r.last_time, crate::state::wall_now());
                 }
                 done.push((i, r.finish()));
             }
@@ -746,6 +782,8 @@ pub fn run(
             layout: settings.layout.to_string(),
             store: options.store.to_string(),
             sample: options.sample,
+            nodes: (options.nodes.count > 1).then_some(options.nodes.count),
+            node_capacity: (options.nodes.count > 1).then_some(options.nodes.capacity),
         },
         results,
         wall_secs: started.elapsed().as_secs_f64(),

@@ -67,6 +67,7 @@ async fn live_replay_equals_the_simulation() {
                     keep_state: false,
                     auto_expected_items: false,
                     sample: None,
+                    nodes: Default::default(),
                 },
                 &Quiet,
             )

@@ -29,6 +29,10 @@ pub struct Target {
     pub path_and_query: PathAndQuery,
     /// The primary cache key (`GET http://host/path?query`).
     pub key: String,
+    /// The key's 64-bit object id ([`object_id`](crate::hash::object_id)): what the admission
+    /// policy is keyed on (as [`KeyHash::of_u64`](crate::KeyHash::of_u64)) and what a recording
+    /// writes, so a simulator replaying the recording decides on the very same hashes.
+    pub id: u64,
 }
 
 /// What `check` needs to know about the listener and the limits.
@@ -108,6 +112,7 @@ pub fn check(
         scheme: rules.scheme,
         default_port: rules.default_port,
         path_and_query,
+        id: crate::hash::object_id(key.as_bytes()),
         key,
     })
 }

@@ -138,6 +138,14 @@ impl Report {
                 rate * 100.0
             );
         }
+        if let Some(n) = st.nodes {
+            let split = st.node_capacity.unwrap_or_default() == super::NodeCapacity::Split;
+            let _ = writeln!(
+                out,
+                "cluster: {n} nodes on a consistent-hash ring, each with {}; figures are the cluster's (--json per_node has each node's)",
+                if split { "capacity / N (the same total memory)" } else { "the whole capacity" }
+            );
+        }
         let _ = writeln!(out);
         let _ = writeln!(
             out,

@@ -4,7 +4,7 @@
 //! and every machine: the simulator is deterministic and a filter's contents mean the same thing
 //! wherever it is read. Integers are hashed as their little-endian bytes for the same reason.
 
-use xxhash_rust::xxh3::xxh3_128_with_seed;
+use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
 /// The fixed seed of [`KeyHash`]. Changing it changes every Bloom position (and so every simulated
 /// false positive); it is part of the crate's reproducibility contract.
@@ -32,6 +32,22 @@ impl KeyHash {
         KeyHash(xxh3_128_with_seed(key, SEED))
     }
 
+    /// Hashes a key through its 64-bit [`object_id`]: `KeyHash::of_u64(object_id(key))`. A
+    /// host that records its traffic as a trace of object ids (oracleGeneral keeps 64 bits)
+    /// and keys its policy this way gets, from a simulator reading that trace with
+    /// [`KeyHash::of_u64`], the very hashes it decided on: the same Bloom positions, so the
+    /// same false positives and the same decisions.
+    ///
+    /// ```
+    /// use secondhit_admission::hash::{object_id, KeyHash};
+    /// let url = b"GET http://example.com/logo.png";
+    /// assert_eq!(KeyHash::of_key(url), KeyHash::of_u64(object_id(url)));
+    /// ```
+    #[inline]
+    pub fn of_key(key: &[u8]) -> Self {
+        Self::of_u64(object_id(key))
+    }
+
     /// Hashes an integer key (a trace's object id) as its 8 little-endian bytes.
     #[inline]
     pub fn of_u64(key: u64) -> Self {
@@ -56,6 +72,13 @@ impl KeyHash {
     pub(crate) const fn halves(self) -> (u64, u64) {
         (self.0 as u64, (self.0 >> 64) as u64)
     }
+}
+
+/// A key's 64-bit object id: XXH3-64 with [`SEED`]. What a recorded trace stores instead of the
+/// key itself (a URL never leaves the host), and what [`KeyHash::of_key`] hashes.
+#[inline]
+pub fn object_id(key: &[u8]) -> u64 {
+    xxh3_64_with_seed(key, SEED)
 }
 
 /// A hasher for maps keyed by a [`KeyHash`]'s raw `u128`: the key is already uniform, so it is
