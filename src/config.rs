@@ -7,6 +7,7 @@
 use crate::admission::{Policy, Settings};
 use crate::bloom::Layout;
 use crate::http_cache::{StoreRules, DEFAULT_FORWARDED_REQUEST_HEADERS};
+use crate::lab::ShadowSpec;
 use crate::proxy::authority::Host;
 use crate::store::Eviction;
 use crate::units;
@@ -243,6 +244,8 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// A file holding the admin token (its first line), instead of `admin_token`.
     pub admin_token_file: Option<std::path::PathBuf>,
+    /// Shadow policies and recording.
+    pub lab: LabConfig,
 }
 
 impl Default for Config {
@@ -262,6 +265,52 @@ impl Default for Config {
             state_snapshot_interval: Duration::from_secs(60),
             admin_token: None,
             admin_token_file: None,
+            lab: LabConfig::default(),
+        }
+    }
+}
+
+fn de_shadows<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ShadowSpec>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| s.parse().map_err(serde::de::Error::custom))
+        .collect()
+}
+
+/// `[lab]`: what `serve` learns about its own traffic, off the request path (bounded queues
+/// that drop and count, never block a request).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LabConfig {
+    /// Shadow policies, each fed every lookup: `["admit-all", "nth-hit:3",
+    /// "second-hit:window=10m"]`; options `window`, `expected_items`, `fpr`, `eviction`,
+    /// `capacity` default to the live cache's. The live policy is always computed beside them.
+    #[serde(deserialize_with = "de_shadows")]
+    pub shadow: Vec<ShadowSpec>,
+    /// Sightings the shadows' queue holds.
+    #[serde(deserialize_with = "de_at_least_one")]
+    pub shadow_queue: usize,
+    /// Record every lookup as an oracleGeneral trace into this file (appended to).
+    pub record: Option<PathBuf>,
+    /// Rotate the recording at this size (`FILE.1`, `FILE.2`, ...).
+    #[serde(deserialize_with = "de_nonzero_bytes")]
+    pub record_max_bytes: u64,
+    /// Rotated recordings kept.
+    pub record_keep: u32,
+    /// Records the recording's queue holds.
+    #[serde(deserialize_with = "de_at_least_one")]
+    pub record_queue: usize,
+}
+
+impl Default for LabConfig {
+    fn default() -> Self {
+        LabConfig {
+            shadow: Vec::new(),
+            shadow_queue: 65_536,
+            record: None,
+            record_max_bytes: 1 << 30,
+            record_keep: 5,
+            record_queue: 65_536,
         }
     }
 }
@@ -764,6 +813,15 @@ pub struct Overrides {
     /// cache.forwarded_request_headers); "*" forwards all but the header-override fields.
     #[arg(long, value_delimiter = ',')]
     pub forwarded_request_headers: Option<Vec<HeaderName>>,
+    /// Shadow admission policies fed every lookup, comma-separated (replaces lab.shadow):
+    /// admit-all,nth-hit:3,second-hit:window=10m; options window, expected_items, fpr,
+    /// eviction, capacity (default: the live cache's). Figures: secondhit_shadow_* in /metrics.
+    #[arg(long, value_delimiter = ',', value_name = "POLICY[:OPTION=VALUE]...")]
+    pub shadow: Option<Vec<ShadowSpec>>,
+    /// Record every lookup as an oracleGeneral trace into FILE (64-bit key hashes, never
+    /// URLs), rotated at lab.record_max_bytes; `secondhit simulate --trace FILE` reads it.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
 }
 
 /// A window flag: `None` never rotates on time.
@@ -879,6 +937,12 @@ impl Config {
         if let Some(v) = o.forwarded_request_headers {
             self.cache.forwarded_request_headers = v;
         }
+        if let Some(v) = o.shadow {
+            self.lab.shadow = v;
+        }
+        if let Some(v) = o.record {
+            self.lab.record = Some(v);
+        }
     }
 
     /// Checks what no single field can: names the fields and the values.
@@ -954,6 +1018,24 @@ impl Config {
                 .settings()
                 .filter_params()
                 .map_err(|e| invalid("admission", format!("filter settings: {e}")))?;
+        }
+        for spec in &self.lab.shadow {
+            if spec.policy.is_approximate() {
+                spec.settings(&self.admission.settings())
+                    .filter_params()
+                    .map_err(|e| invalid("lab.shadow", format!("{spec}: filter settings: {e}")))?;
+            }
+        }
+        if self.lab.record.is_some() && self.lab.record_max_bytes < crate::lab::record::RECORD_BYTES
+        {
+            return Err(invalid(
+                "lab.record_max_bytes",
+                format!(
+                    "{} is less than one record ({} bytes)",
+                    self.lab.record_max_bytes,
+                    crate::lab::record::RECORD_BYTES
+                ),
+            ));
         }
         let token = match (&self.admin_token, &self.admin_token_file) {
             (Some(_), Some(_)) => {

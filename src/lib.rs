@@ -42,7 +42,8 @@
 //!   synthetic traces (`gen-trace`), summaries (`trace-stats`), next-access times and
 //!   oracleGeneral output (`trace-convert`).
 //! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
-//!   SVG plot, the best pair per size), in parallel, deterministic, optionally sampled (SHARDS).
+//!   SVG plot, the best pair per size), in parallel, deterministic, optionally sampled (SHARDS),
+//!   optionally as a cluster of nodes on a consistent-hash ring (`--nodes`).
 //! - [`replay`]: live replay of a trace as HTTP load against any cache, with latency histograms
 //!   and byte-for-byte verification.
 //! - [`origin_server`]: `secondhit origin`, a synthetic origin with verifiable content, counters
@@ -73,6 +74,8 @@
 //! - [`metrics`]: the proxy's counters and hdrhistogram latencies, as Prometheus text.
 //! - [`tls`]: rustls both ways: certificates chosen by SNI with ALPN h2 for clients, verified
 //!   `https://` origins.
+//! - [`lab`]: the live lab, off the request path: shadow policies fed every lookup (`--shadow`)
+//!   and the traffic recorded as an oracleGeneral trace (`--record`).
 //! - [`state`]: the admission filter's state on disk (`--state-dir`): atomic writes, tolerant
 //!   loads.
 //!
@@ -86,6 +89,7 @@ pub mod body;
 pub mod config;
 pub mod demo;
 pub mod http_cache;
+pub mod lab;
 pub mod listener;
 pub mod metrics;
 pub mod origin;

@@ -39,6 +39,7 @@ use crate::clock::Clock;
 use crate::config::ValidConfig;
 use crate::hash::KeyHash;
 use crate::http_cache::{request_plan, variant_key, RequestPlan, StoreRules};
+use crate::lab::{Lab, RecordOptions, Recorder, Shadows, Sighting};
 use crate::metrics::Metrics;
 use crate::origin::OriginError;
 use crate::origin::Origins;
@@ -103,6 +104,8 @@ struct Exchange {
     upstream_head: bool,
     /// The client asked with HEAD (it gets no body).
     client_head: bool,
+    /// A lookup the client waits for: the lab sees it (not a bypass, not a background refresh).
+    sight: bool,
 }
 
 /// Safe methods (RFC 9110 §9.2.1); every other method, known or not, can change the target.
@@ -151,6 +154,12 @@ pub enum BuildError {
     /// The access log file could not be opened.
     #[error("log.access_log_file: {0}")]
     AccessLog(#[from] std::io::Error),
+    /// A shadow policy could not start.
+    #[error(transparent)]
+    Shadow(#[from] crate::lab::shadow::ShadowError),
+    /// The recording could not start (the message names the file).
+    #[error("{0}")]
+    Record(std::io::Error),
 }
 
 /// Why a purge was refused.
@@ -186,6 +195,9 @@ pub struct Proxy {
     metrics: Metrics,
     /// Started with the first configuration that asks for it; retargeted on reload.
     access_log: OnceLock<AccessLog>,
+    /// Shadows and recording (`[lab]`), as started: a reload does not change them.
+    lab: Lab,
+    lab_config: crate::config::LabConfig,
 }
 
 /// The settings a reload swaps in: routes and origins, rules, limits, timeouts.
@@ -265,6 +277,36 @@ fn build_store(config: &ValidConfig) -> Maintained<String, Entry> {
     Maintained::new(cache, lab)
 }
 
+/// The shadows and the recording a configuration asks for.
+fn build_lab(config: &ValidConfig) -> Result<Lab, BuildError> {
+    let l = &config.lab;
+    let shadows = if l.shadow.is_empty() {
+        None
+    } else {
+        Some(Shadows::start(
+            config.admission.policy,
+            &l.shadow,
+            &config.admission.settings(),
+            config.cache.eviction,
+            config.cache.capacity,
+            l.shadow_queue,
+        )?)
+    };
+    let recorder = match &l.record {
+        Some(path) => Some(
+            Recorder::start(RecordOptions {
+                path: path.clone(),
+                max_bytes: l.record_max_bytes,
+                keep: l.record_keep,
+                queue: l.record_queue,
+            })
+            .map_err(BuildError::Record)?,
+        ),
+        None => None,
+    };
+    Ok(Lab::new(shadows, recorder))
+}
+
 /// The access log line of a request, its response fields still to fill: clones of the
 /// request's own values (reference counts, no text made here).
 fn log_line(req: &Request<Incoming>, client: IpAddr) -> access_log::Line {
@@ -292,6 +334,10 @@ struct Answer {
     response: Response<ProxyBody>,
     outcome: Outcome,
     status: CacheStatus,
+    /// The size of the object a cacheable request was for, when known as the head goes out:
+    /// the lab's sighting ([`crate::lab`]). `None`: not a lookup, or the pump sights it once
+    /// the body of unknown length is whole.
+    object_size: Option<u64>,
 }
 
 impl Proxy {
@@ -313,6 +359,8 @@ impl Proxy {
             inflight: Arc::default(),
             metrics: Metrics::default(),
             access_log,
+            lab: build_lab(config)?,
+            lab_config: config.lab.clone(),
         })
     }
 
@@ -341,6 +389,11 @@ impl Proxy {
                 "admission.policy {wanted}: another policy needs a restart; {} stays",
                 self.admission.name()
             ));
+        }
+        if config.lab != self.lab_config {
+            notes.push(
+                "lab: shadows and recording change on a restart; they go on as started".into(),
+            );
         }
         let shape = store_shape(config);
         let mut current = self.store_shape.lock().unwrap_or_else(|p| p.into_inner());
@@ -386,16 +439,35 @@ impl Proxy {
         self.clock.now()
     }
 
+    /// The shadows and the recording.
+    pub fn lab(&self) -> &Lab {
+        &self.lab
+    }
+
+    /// Hands the lab one lookup of object `id`, `size` bytes (nothing when the lab is off).
+    #[inline]
+    fn sight(&self, id: u64, size: u64) {
+        if self.lab.is_on() {
+            self.lab.sight(Sighting {
+                id,
+                size,
+                time: self.clock.now(),
+            });
+        }
+    }
+
     /// Prometheus text of the metrics, the cache and the admission policy.
     pub fn render_metrics(&self) -> String {
         let store = self.store.load();
         let cache = store.cache();
         cache.run_pending_tasks();
-        self.metrics.render(
+        let mut text = self.metrics.render(
             cache.entry_count(),
             cache.weighted_size(),
             &self.admission.stats(),
-        )
+        );
+        self.lab.render(&mut text);
+        text
     }
 
     /// Removes the object cached for `url` (`http://host/path?query`), every variant of it.
@@ -431,6 +503,7 @@ impl Proxy {
             mut response,
             outcome,
             status,
+            object_size: _,
         } = match &logged {
             Some((_, origin)) => ORIGIN_MICROS.scope(Arc::clone(origin), serve).await,
             None => serve.await,
@@ -507,6 +580,25 @@ impl Proxy {
                 )
                 .await;
         }
+        let answer = self
+            .cacheable(parts, body, &target, client, plan, live)
+            .await;
+        if let Some(size) = answer.object_size {
+            self.sight(target.id, size);
+        }
+        answer
+    }
+
+    /// Phases 3 on, for a request that may be answered from the cache.
+    async fn cacheable(
+        self: &Arc<Self>,
+        parts: Parts,
+        body: Incoming,
+        target: &Target,
+        client: IpAddr,
+        plan: RequestPlan,
+        live: &Arc<Live>,
+    ) -> Answer {
         // 3. lookup
         let lookup = self.lookup(&target.key, &parts.headers);
         match lookup.found {
@@ -521,7 +613,7 @@ impl Proxy {
                 {
                     self.refresh_in_background(
                         &parts.headers,
-                        &target,
+                        target,
                         client,
                         &lookup.key,
                         &obj,
@@ -530,7 +622,7 @@ impl Proxy {
                     return self.stale(&obj, &parts, false);
                 }
                 return self
-                    .revalidate(parts, &target, client, &lookup.key, obj, live)
+                    .revalidate(parts, target, client, &lookup.key, obj, live)
                     .await;
             }
             Found::Miss => {}
@@ -540,7 +632,7 @@ impl Proxy {
                 .forward(
                     parts,
                     body,
-                    &target,
+                    target,
                     client,
                     Intent::Bypass(reason),
                     None,
@@ -549,16 +641,16 @@ impl Proxy {
                 .await;
         }
         // 4. admit
-        match self.admit(&target, &lookup.key) {
+        match self.admit(target, &lookup.key) {
             Admit::Deferred => {
-                self.forward(parts, body, &target, client, Intent::Deferred, None, live)
+                self.forward(parts, body, target, client, Intent::Deferred, None, live)
                     .await
             }
             Admit::Lead(leader) => {
                 self.forward(
                     parts,
                     body,
-                    &target,
+                    target,
                     client,
                     Intent::Admitted,
                     Some(leader),
@@ -578,7 +670,7 @@ impl Proxy {
                     return self.hit(&f.object, &parts, Some("collapsed"));
                 }
                 // The leader failed, was too slow, or fetched another variant: fetch ourselves.
-                self.forward(parts, body, &target, client, Intent::Admitted, None, live)
+                self.forward(parts, body, target, client, Intent::Admitted, None, live)
                     .await
             }
         }
@@ -590,6 +682,7 @@ impl Proxy {
             response: refusal.response(),
             outcome: Outcome::Error,
             status: refusal.cache_status(),
+            object_size: None,
         }
     }
 
@@ -625,6 +718,7 @@ impl Proxy {
             response,
             outcome: Outcome::Hit,
             status,
+            object_size: Some(obj.body.len() as u64),
         }
     }
 
@@ -707,6 +801,7 @@ impl Proxy {
             authorized,
             upstream_head: head_request,
             client_head: head_request,
+            sight: !matches!(intent, Intent::Bypass(_)),
         };
         self.respond(response, target, exchange, live).await
     }
@@ -747,6 +842,15 @@ impl Proxy {
             leader: x.leader,
         });
 
+        // The object's size for the lab: announced, or counted by the pump at the end.
+        let announced = match rparts.status {
+            http::StatusCode::NOT_MODIFIED => Some(0),
+            _ if x.upstream_head => Some(content_length(&rparts.headers).unwrap_or(0)),
+            _ => expected,
+        };
+        let object_size = announced.filter(|_| x.sight);
+        let sight_later = (x.sight && announced.is_none()).then_some(target.id);
+
         // 7. pump (or, for a small body, read it whole here)
         let body = match expected {
             Some(n) if n <= pump::READ_AHEAD && !x.upstream_head => {
@@ -755,7 +859,7 @@ impl Proxy {
                     None => return self.fetch_failed(FetchError::Origin(OriginError::Body)),
                 }
             }
-            _ => self.pump(rbody, expected, job, live),
+            _ => self.pump(rbody, expected, job, sight_later, live),
         };
         let mut response = Response::from_parts(rparts, body);
         if x.client_head {
@@ -765,6 +869,7 @@ impl Proxy {
             response,
             outcome: c.outcome,
             status: c.status,
+            object_size,
         }
     }
 
@@ -821,6 +926,7 @@ impl Proxy {
             response,
             outcome: Outcome::Error,
             status,
+            object_size: None,
         }
     }
 }

@@ -75,8 +75,10 @@ impl Running {
         }
         // Every request is answered: its access log line goes out before the process does.
         let proxy = Arc::clone(&self.proxy);
+        // And its sighting is in the recording, flushed, and taken by the shadows.
         let _ = tokio::task::spawn_blocking(move || {
-            proxy.flush_access_log(std::time::Duration::from_secs(5))
+            proxy.flush_access_log(std::time::Duration::from_secs(5));
+            proxy.lab().settle(std::time::Duration::from_secs(5))
         })
         .await;
         // The last word on the filter's state, once no request can change it any more.

@@ -12,7 +12,7 @@
 mod cache2k;
 pub mod convert;
 mod csv;
-mod oracle;
+pub(crate) mod oracle;
 pub mod stats;
 pub mod synth;
 mod tencent;
@@ -140,7 +140,16 @@ impl Format {
     pub fn detect(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
         let name = Compression::strip(&name);
-        if name.ends_with(".oraclegeneral.bin") || name.ends_with(".oraclegeneral") {
+        // A rotated recording: `edge.oracleGeneral.3` (serve --record).
+        let unrotated = match name.rsplit_once('.') {
+            Some((rest, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => rest,
+            _ => name,
+        };
+        if name.ends_with(".oraclegeneral.bin")
+            || name.ends_with(".oraclegeneral")
+            || unrotated.ends_with(".oraclegeneral.bin")
+            || unrotated.ends_with(".oraclegeneral")
+        {
             Some(Format::OracleGeneral)
         } else if name.ends_with(".trc.bin") || name.ends_with(".trc") {
             Some(Format::Cache2k)
@@ -495,6 +504,8 @@ mod tests {
     #[test]
     fn detects_formats_from_names() {
         let d = |n: &str| Format::detect(Path::new(n)).map(|f| f.as_str());
+        assert_eq!(d("edge.oracleGeneral.3"), Some("oracle-general"));
+        assert_eq!(d("edge.csv.3"), None);
         assert_eq!(
             d("cloudPhysicsIO.oracleGeneral.bin"),
             Some("oracle-general")

@@ -145,12 +145,14 @@ impl StoreBuffer {
 
 impl Proxy {
     /// Spawns the task that reads the origin's body, forwards it to the client as it arrives
-    /// and, for a store job, stores it once complete. Returns the client's body.
+    /// and, for a store job, stores it once complete; with `sight` (an object id), hands the
+    /// lab the object's size once the body is whole. Returns the client's body.
     pub(super) fn pump(
         self: &Arc<Self>,
         mut body: Incoming,
         expected: Option<u64>,
         job: Option<StoreJob>,
+        sight: Option<u64>,
         live: &Arc<Live>,
     ) -> ProxyBody {
         let (tx, client_body) = channel(CHANNEL_FRAMES, expected, Some(live.limits.stream_buffer));
@@ -163,11 +165,15 @@ impl Proxy {
             let mut stored = job.as_ref().map(|_| StoreBuffer::new(initial));
             let mut received = 0u64;
             let mut failed = false;
+            let mut whole = false;
             let mut client_alive = true;
             loop {
                 let frame = match tokio::time::timeout(live.timeouts.first_byte, body.frame()).await
                 {
-                    Ok(None) => break,
+                    Ok(None) => {
+                        whole = true;
+                        break;
+                    }
                     Ok(Some(Ok(f))) => f,
                     Ok(Some(Err(e))) => {
                         failed = true;
@@ -208,6 +214,10 @@ impl Proxy {
                 }
             }
             proxy.metrics.origin_bytes(received);
+            // A body of unknown length: the lab sees its object once it is whole.
+            if let Some(id) = sight.filter(|_| whole) {
+                proxy.sight(id, received);
+            }
             if let Some(job) = job {
                 let complete = !failed && expected.is_none_or(|n| n == received);
                 match stored {

@@ -161,6 +161,7 @@ impl Proxy {
                     response,
                     outcome: Outcome::Revalidated,
                     status: cs,
+                    object_size: Some(refreshed.body.len() as u64),
                 };
             }
             // A 304 for something else than what is stored: nothing to refresh; fetch it whole.
@@ -210,6 +211,7 @@ impl Proxy {
             authorized: parts.headers.contains_key(header::AUTHORIZATION),
             upstream_head: false,
             client_head: parts.method == Method::HEAD,
+            sight: true,
         };
         let mut answer = self.respond(response, target, exchange, live).await;
         answer.status.fwd = Some(Fwd::Stale);
@@ -323,6 +325,7 @@ impl Proxy {
                 authorized: false,
                 upstream_head: false,
                 client_head: true,
+                sight: false,
             };
             drop(proxy.respond(response, &target, exchange, &live).await);
         });
@@ -345,6 +348,7 @@ impl Proxy {
             response,
             outcome: Outcome::Stale,
             status: cs,
+            object_size: Some(stored.body.len() as u64),
         }
     }
 

@@ -1,0 +1,290 @@
+//! The live lab through a real `serve` on loopback: shadow policies against the live cache, a
+//! queue that is full, and the recording read back by the simulator.
+
+mod support;
+
+use secondhit::admission::{Policy, Settings};
+use secondhit::clock::SystemClock;
+use secondhit::config::{Config, OriginUrl};
+use secondhit::lab::shadow::ShadowFigures;
+use secondhit::origin_server::{self, OriginOptions, RunningOrigin as Origin};
+use secondhit::proxy::outcome::Outcome;
+use secondhit::replay::{self, ReplayOptions, ReplayReport};
+use secondhit::server::{self, Running};
+use secondhit::sim::{self, Capacities, Quiet};
+use secondhit::store::{Eviction, StoreKind};
+use secondhit::trace;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use support::bundled;
+
+const TRACE: &str = "request.trace.xz";
+/// About 5 % of the working set of the trace's first 8,000 requests.
+const CAPACITY: u64 = 3 << 20;
+
+async fn origin() -> Origin {
+    origin_server::start(OriginOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_age: 86_400,
+        ..OriginOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// A lab-mode proxy (the simulator's maintenance and body-only weights) with an infinite
+/// window, as `demo` runs it, and `lab` applied.
+async fn proxy(origin: &Origin, policy: Policy, lab: impl FnOnce(&mut Config)) -> Running {
+    let mut config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        origin: Some(OriginUrl {
+            tls: false,
+            authority: origin.addr.to_string().parse().unwrap(),
+        }),
+        ..Config::default()
+    };
+    config.cache.capacity = CAPACITY;
+    config.cache.max_object_size = Some(CAPACITY);
+    config.cache.eviction = Eviction::Lru;
+    config.cache.lab_mode = true;
+    config.admission.policy = policy;
+    config.admission.window = None;
+    config.limits.store_buffer_bytes = config.limits.store_buffer_bytes.max(CAPACITY);
+    lab(&mut config);
+    server::start(config.validate().unwrap(), Arc::new(SystemClock::new()))
+        .await
+        .unwrap()
+}
+
+async fn replay(proxy: &Running, requests: u64, concurrency: usize) -> ReplayReport {
+    let mut o = ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
+    o.concurrency = concurrency;
+    o.limit = Some(requests);
+    let reader = trace::open(&bundled(TRACE), None).unwrap();
+    let r = replay::run(reader, &o, &Quiet).await.unwrap();
+    assert_eq!((r.requests, r.errors, r.corrupted), (requests, 0, 0));
+    r
+}
+
+fn figures(proxy: &Running) -> Vec<ShadowFigures> {
+    let lab = proxy.proxy.lab();
+    assert!(lab.settle(Duration::from_secs(30)));
+    lab.shadows().unwrap().figures()
+}
+
+/// The simulator over `path` with `policy`, the proxy's capacity and an infinite window.
+fn simulate(path: &Path, policy: Policy, store: StoreKind, limit: Option<u64>) -> sim::RunResult {
+    sim::run(
+        &trace::Source::file(path, None),
+        &sim::Options {
+            policies: vec![policy],
+            evictions: vec![Eviction::Lru],
+            store,
+            capacities: Capacities::Bytes(vec![CAPACITY]),
+            settings: Settings {
+                window: None,
+                ..Settings::default()
+            },
+            threads: 1,
+            limit,
+            ..sim::Options::default()
+        },
+        &Quiet,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .results
+    .remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadows_agree_with_the_live_cache_and_with_the_simulator() {
+    let origin = origin().await;
+    let shadows = [
+        "admit-all",
+        "nth-hit:3",
+        "second-hit",
+        "admit-all:eviction=s3fifo",
+    ];
+    let requests = 8_000;
+    for concurrency in [1, 8] {
+        let p = proxy(&origin, Policy::SecondHit, |c| {
+            c.lab.shadow = shadows.iter().map(|s| s.parse().unwrap()).collect();
+        })
+        .await;
+        let live = replay(&p, requests, concurrency).await;
+        let f = figures(&p);
+        assert_eq!(f.len(), 1 + shadows.len());
+        assert!(f[0].live && f[0].policy == "second-hit");
+        // Every lookup reached every shadow (nothing was dropped at this pace).
+        assert_eq!(p.proxy.lab().shadows().unwrap().dropped(), 0);
+        assert!(f.iter().all(|s| s.requests == requests), "{f:?}");
+        let live_hits = p.proxy.metrics().requests(Outcome::Hit);
+        assert_eq!(live_hits, live.hits);
+        if concurrency == 1 {
+            // In trace order the live policy's shadow is the live cache, exactly; the shadow of
+            // the same policy by name is the same; and every shadow is the simulator's run.
+            assert_eq!(f[0].hits, live_hits);
+            assert_eq!(f[0].writes, p.proxy.metrics().stores());
+            assert_eq!((f[3].hits, f[3].writes), (f[0].hits, f[0].writes));
+            for (s, spec) in f[1..].iter().zip(shadows) {
+                let spec: secondhit::lab::ShadowSpec = spec.parse().unwrap();
+                let want = sim::run(
+                    &trace::Source::file(bundled(TRACE), None),
+                    &sim::Options {
+                        policies: vec![spec.policy],
+                        evictions: vec![spec.eviction.unwrap_or(Eviction::Lru)],
+                        capacities: Capacities::Bytes(vec![CAPACITY]),
+                        settings: Settings {
+                            window: None,
+                            ..Settings::default()
+                        },
+                        threads: 1,
+                        limit: Some(requests),
+                        ..sim::Options::default()
+                    },
+                    &Quiet,
+                )
+                .unwrap()
+                .results
+                .remove(0);
+                assert_eq!(
+                    (s.hits, s.writes),
+                    (want.hits, want.admissions),
+                    "{}",
+                    s.policy
+                );
+            }
+            // The shadows answer the question they are for: admit-all hits more, nth-hit:3
+            // writes less.
+            assert!(f[1].hits > f[0].hits && f[1].writes > 2 * f[0].writes);
+            assert!(f[2].writes < f[0].writes);
+        } else {
+            // Concurrent requests reach the cache and the shadows in slightly different
+            // orders; within 1 % of the hits.
+            let diff = f[0].hits.abs_diff(live_hits) as f64;
+            assert!(
+                diff <= 0.01 * live_hits as f64,
+                "live {live_hits}, shadow {}",
+                f[0].hits
+            );
+        }
+        let metrics = p.proxy.render_metrics();
+        assert!(metrics.contains(&format!(
+            "secondhit_shadow_hits_total{{policy=\"second-hit\",live=\"true\"}} {}",
+            f[0].hits
+        )));
+        p.shutdown().await;
+    }
+    origin.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_shadow_queue_drops_and_counts_and_no_request_waits_for_it() {
+    let origin = origin().await;
+    // A queue of one sighting and four shadows on moka's store (the slowest): the thread falls
+    // behind a concurrent replay, and what it cannot take is dropped, never waited for.
+    let p = proxy(&origin, Policy::AdmitAll, |c| {
+        c.lab.shadow = (0..4)
+            .map(|_| "admit-all:eviction=tinylfu".parse().unwrap())
+            .collect();
+        c.lab.shadow_queue = 1;
+    })
+    .await;
+    let requests = 4_000;
+    replay(&p, requests, 16).await;
+    let f = figures(&p);
+    let dropped = p.proxy.lab().shadows().unwrap().dropped();
+    // Every lookup was either taken by the shadows or counted as dropped.
+    assert_eq!(f[0].requests + dropped, requests);
+    assert!(f.iter().all(|s| s.requests == f[0].requests));
+    let metrics = p.proxy.render_metrics();
+    assert!(metrics.contains(&format!("secondhit_shadow_dropped_total {dropped}")));
+    p.shutdown().await;
+    origin.shutdown().await;
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("secondhit-lab-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recording_of_a_replay_simulates_to_the_live_figures_exactly() {
+    let origin = origin().await;
+    let dir = scratch("record");
+    let file = dir.join("edge.oracleGeneral");
+    let requests = 8_000;
+    for policy in [Policy::SecondHit, Policy::AdmitAll] {
+        let _ = std::fs::remove_file(&file);
+        let p = proxy(&origin, policy, |c| c.lab.record = Some(file.clone())).await;
+        let live = replay(&p, requests, 1).await;
+        let writes = p.proxy.metrics().stores();
+        p.shutdown().await;
+        let rec = trace::open(&file, None).unwrap();
+        let recorded: Vec<trace::Request> = rec.map(|r| r.unwrap()).collect();
+        assert_eq!(recorded.len() as u64, requests);
+        // The recorded sizes are the trace's (the origin serves each path at its size).
+        let original: Vec<u64> = trace::open(&bundled(TRACE), None)
+            .unwrap()
+            .take(requests as usize)
+            .map(|r| r.unwrap().size)
+            .collect();
+        let sizes: Vec<u64> = recorded.iter().map(|r| r.size).collect();
+        assert_eq!(sizes, original);
+        for store in [StoreKind::Moka, StoreKind::Exact] {
+            let r = simulate(&file, policy, store, None);
+            assert_eq!(r.requests, requests);
+            assert_eq!(
+                (r.hits, r.admissions),
+                (live.hits, writes),
+                "{policy} {store}"
+            );
+        }
+    }
+    origin.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recording_rotates_at_its_size_and_keeps_every_request_in_order() {
+    let origin = origin().await;
+    let dir = scratch("rotate");
+    let file = dir.join("edge.oracleGeneral");
+    let p = proxy(&origin, Policy::SecondHit, |c| {
+        c.lab.record = Some(file.clone());
+        c.lab.record_max_bytes = 24 * 400;
+        c.lab.record_keep = 3;
+    })
+    .await;
+    replay(&p, 1_000, 1).await;
+    let addr = p.addr;
+    p.shutdown().await;
+    let rotated = |n: u32| secondhit::lab::record::rotated(&file, n);
+    assert!(!rotated(3).exists());
+    let ids = |path: &Path| -> Vec<u64> {
+        trace::open(path, None)
+            .unwrap()
+            .map(|r| r.unwrap().id)
+            .collect()
+    };
+    let (older, newer, current) = (ids(&rotated(2)), ids(&rotated(1)), ids(&file));
+    assert_eq!((older.len(), newer.len(), current.len()), (400, 400, 200));
+    // Read oldest first, they are the replay in order: the same ids as the proxy's own keys.
+    let all: Vec<u64> = older.into_iter().chain(newer).chain(current).collect();
+    let want: Vec<u64> = trace::open(&bundled(TRACE), None)
+        .unwrap()
+        .take(1_000)
+        .map(|r| {
+            let r = r.unwrap();
+            let key = format!("GET http://{addr}{}?size={}", replay::path_of(&r), r.size);
+            secondhit::hash::object_id(key.as_bytes())
+        })
+        .collect();
+    assert_eq!(all, want);
+    origin.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
