@@ -196,9 +196,13 @@ struct ReplayArgs {
     /// Follow the trace's timestamps, sped up this many times.
     #[arg(long)]
     speed: Option<f64>,
-    /// Replay only the first N requests.
+    /// Replay only the first N requests (after --skip).
     #[arg(long)]
     limit: Option<u64>,
+    /// Start after the trace's first N requests (not sent): replay a trace in parts, e.g.
+    /// --skip 20000 --limit 5000 sends requests 20,001 to 25,000.
+    #[arg(long, default_value_t = 0)]
+    skip: u64,
     /// Leave the first N requests out of the figures.
     #[arg(long, default_value_t = 0)]
     warmup: u64,
@@ -703,6 +707,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     options.rate = args.rate;
     options.speed = args.speed;
     options.limit = args.limit;
+    options.skip = args.skip;
     options.warmup = args.warmup;
     options.duration = args.duration.and_then(|d| d.0);
     options.origin_stats = match &args.origin_stats {

@@ -96,8 +96,10 @@ pub struct ReplayOptions {
     pub rate: Option<f64>,
     /// Follow the trace's timestamps, sped up this many times (`None`: ignore them).
     pub speed: Option<f64>,
-    /// Replay only the first N requests.
+    /// Replay only the first N requests (after `skip`).
     pub limit: Option<u64>,
+    /// Start after the trace's first N requests (never sent): replay a trace in parts.
+    pub skip: u64,
     /// Leave the first N requests out of the figures (they still warm the cache).
     pub warmup: u64,
     /// The origin's `/_stats` URL, to count what reached the origin.
@@ -117,6 +119,7 @@ impl ReplayOptions {
             rate: None,
             speed: None,
             limit: None,
+            skip: 0,
             warmup: 0,
             origin_stats: None,
             timeout: Duration::from_secs(30),
@@ -278,12 +281,18 @@ pub async fn run(
     // The reader thread feeds (index, request) in trace order; a read error ends the replay.
     let (tx, rx) = mpsc::channel::<(u64, TraceRequest)>(4096);
     let limit = options.limit.unwrap_or(u64::MAX);
+    let skip = options.skip;
     let reader = std::thread::spawn(move || -> Result<(), TraceError> {
-        for (i, r) in requests.enumerate() {
-            if i as u64 >= limit {
+        for (n, r) in requests.enumerate() {
+            // Skipped requests are still read (and a bad record still reported).
+            let r = r?;
+            let Some(i) = (n as u64).checked_sub(skip) else {
+                continue;
+            };
+            if i >= limit {
                 break;
             }
-            if tx.blocking_send((i as u64, r?)).is_err() {
+            if tx.blocking_send((i, r)).is_err() {
                 break;
             }
         }

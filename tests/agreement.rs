@@ -165,3 +165,29 @@ async fn pacing_by_rate_and_by_trace_time_holds_requests_back() {
     }
     origin.shutdown().await;
 }
+
+#[tokio::test]
+async fn replay_can_start_part_way_through_a_trace() {
+    let origin = origin_server::start(OriginOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..OriginOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut o = ReplayOptions::new(format!("http://{}", origin.addr).parse().unwrap());
+    o.concurrency = 4;
+    o.skip = 1_000;
+    o.limit = Some(500);
+    let reader = trace::open(&bundled("request.trace.xz"), None).unwrap();
+    let r = replay::run(reader, &o, &Quiet).await.unwrap();
+    let want: u64 = trace::open(&bundled("request.trace.xz"), None)
+        .unwrap()
+        .skip(1_000)
+        .take(500)
+        .map(|r| r.unwrap().size)
+        .sum();
+    assert_eq!((r.requests, r.errors, r.corrupted), (500, 0, 0));
+    assert_eq!(r.requested_bytes, want);
+    assert_eq!(origin.stats().requests, 500);
+    origin.shutdown().await;
+}

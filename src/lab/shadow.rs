@@ -10,10 +10,13 @@
 //! the simulator's moka store for `tinylfu`; Belady's policies need the future and are refused.
 //!
 //! Memory per shadow: the policy's filter (the live sizing: `expected_items` and `fpr`, or the
-//! spec's), plus per object the store tracks about 50 bytes on the exact store (an arena slot
-//! of key, size and links, and an index entry of key and slot at hashbrown's load) or about 200
-//! on moka's. A shadow of capacity C tracks at most C / (smallest object) objects;
-//! `secondhit_shadow_bytes_per_object` says which figure applies to each.
+//! spec's: 1.2 MB a generation at the defaults), plus per object its store tracks about 110
+//! bytes for `lru` (an arena slot of key, size and links, and an index entry, each with the
+//! spare room of a table that grows by doubling) up to 330 for moka's `tinylfu`
+//! ([`bytes_per_object`], measured by `cargo run --release --example shadow_memory`). A shadow of
+//! capacity C tracks at most C / (smallest object) objects: with the live cache's 256 MiB and
+//! 1 KiB objects, 262,144 objects, about 29 MB for `lru`. `secondhit_shadow_bytes_per_object`
+//! says each shadow's figure.
 
 use super::{family, Figure, Shared, Sighting, Sink, Tap};
 use crate::admission::{Policy, Settings};
@@ -26,10 +29,18 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Bytes per object the exact store tracks (measured: `scripts/shadow-memory.sh`).
-pub const EXACT_BYTES_PER_OBJECT: u64 = 50;
-/// Bytes per object moka's store tracks.
-pub const MOKA_BYTES_PER_OBJECT: u64 = 200;
+/// Memory per object a shadow's store tracks with `eviction`, in bytes: what
+/// `cargo run --release --example shadow_memory` measured (resident memory grown per object
+/// over a million objects, each eviction in its own process), rounded up. It includes the
+/// index's and the arena's spare capacity (both grow by doubling), so it is an upper figure.
+pub fn bytes_per_object(eviction: Eviction) -> u64 {
+    match eviction {
+        Eviction::Lru | Eviction::Fifo => 110,
+        Eviction::Clock | Eviction::Sieve | Eviction::S3Fifo | Eviction::Arc | Eviction::Lfu => 130,
+        Eviction::WTinyLfu => 310,
+        Eviction::TinyLfu | Eviction::Belady | Eviction::BeladySize => 330,
+    }
+}
 
 /// One shadow, as configured: `POLICY[:OPTION=VALUE]...`, e.g. `admit-all`, `nth-hit:3`,
 /// `second-hit:window=10m`, `admit-all:eviction=s3fifo:capacity=1GiB`. Options: `window`,
@@ -292,11 +303,7 @@ impl Shadows {
                 spec,
                 live: is_live,
                 capacity,
-                bytes_per_object: if store == StoreKind::Exact {
-                    EXACT_BYTES_PER_OBJECT
-                } else {
-                    MOKA_BYTES_PER_OBJECT
-                },
+                bytes_per_object: bytes_per_object(eviction),
                 figures,
             });
         }
