@@ -1167,6 +1167,44 @@ mod tests {
     }
 
     #[test]
+    fn lab_settings_parse_and_bad_shadows_are_refused_by_line_and_value() {
+        let c = Config::from_toml(
+            "origin = \"http://x:1\"\n[lab]\nshadow = [\"admit-all\", \"nth-hit:3:window=10m\"]\nrecord = \"/tmp/r\"\nrecord_max_bytes = \"1MiB\"",
+        )
+        .unwrap();
+        assert_eq!(c.lab.shadow.len(), 2);
+        assert_eq!(c.lab.shadow[1].policy, Policy::NthHit(3));
+        assert_eq!(c.lab.record_max_bytes, 1 << 20);
+        assert!(c.validate().is_ok());
+        let e = Config::from_toml("[lab]\nshadow = [\"admit-all\", \"nth-hit:1\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("nth-hit:1"), "{e}");
+        let e = Config::from_toml(
+            "origin = \"http://x:1\"\n[lab]\nrecord = \"/tmp/r\"\nrecord_max_bytes = 10",
+        )
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("lab.record_max_bytes") && e.contains("10"),
+            "{e}"
+        );
+        let e = Config::from_toml(
+            "origin = \"http://x:1\"\n[lab]\nshadow = [\"second-hit:fpr=0.5:expected_items=0\"]",
+        )
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("lab.shadow") && e.contains("expected_items=0"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn errors_are_one_line_naming_line_field_and_value() {
         let e = Config::from_toml("listen = \"nowhere\"")
             .unwrap_err()

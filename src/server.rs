@@ -337,6 +337,14 @@ pub async fn start_with_source(
         stop.subscribe(),
     )));
     tracing::info!(%addr, %admin_addr, tls = secure, "secondhit serving");
+    let lab = proxy.lab();
+    if let Some(s) = lab.shadows() {
+        let names: Vec<String> = s.figures().into_iter().map(|f| f.policy).collect();
+        tracing::info!(shadows = ?names, "shadow policies fed every lookup (secondhit_shadow_* in /metrics)");
+    }
+    if let Some(r) = lab.recorder() {
+        tracing::info!(file = %r.path().display(), "recording every lookup as oracleGeneral");
+    }
     Ok(Running {
         addr,
         admin_addr,
