@@ -28,6 +28,10 @@
 #          logging every request costs, in the same run
 #        ACCESS_LOG=1 BASELINE_LOG=1 BASELINE=... scripts/bench-proxy.sh
 #          the baseline logs too (to compare two builds' logging)
+#        LAB=1 scripts/bench-proxy.sh
+#          also runs this build with three shadow policies and the recording on (--shadow
+#          admit-all,nth-hit:3,second-hit:window=10m --record FILE): what the lab costs
+#          (its threads' CPU is counted: they are in the same process)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
@@ -103,10 +107,16 @@ target/release/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.
   --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"
+if [ -n "${LAB:-}" ]; then
+  BASELINE=${BASELINE:-target/release/secondhit}
+fi
 if [ -n "${BASELINE:-}" ]; then
   BASELINE_ARGS=()
   if [ -n "${BASELINE_LOG:-}" ]; then
     BASELINE_ARGS=(--access-log-format combined --access-log-file "$dir/logs/baseline-access.log")
+  fi
+  if [ -n "${LAB:-}" ]; then
+    BASELINE_ARGS+=(--shadow admit-all,nth-hit:3,second-hit:window=10m --record "$dir/logs/lab.oracleGeneral")
   fi
   "$BASELINE" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18084 \
     --admin-listen 127.0.0.1:18094 --log-level warn "${BASELINE_ARGS[@]}" 2>"$dir/logs/baseline.log" &
@@ -176,7 +186,7 @@ for scenario in $SCENARIOS; do
     case $port in
       18082) name="nginx proxy_cache, min_uses 2" ;;
       18083) name="secondhit serve" ;;
-      *) name="secondhit (baseline: $BASELINE)" ;;
+      *) if [ -n "${LAB:-}" ]; then name="secondhit + 3 shadows + --record"; else name="secondhit (baseline: $BASELINE)"; fi ;;
     esac
     url="http://127.0.0.1:$port"
     conns=64; args=()

@@ -6,7 +6,7 @@
 # whole` + `hash-type consistent`: deploy/haproxy.cfg). Then:
 #
 #   1. replays the trace's first WARM requests through the balancer and prints each node's and
-#      the cluster's hit ratio, the origin offload and requests/s, beside what
+#      the cluster's hit ratio, the origin offload and requests/s, and beside the cluster's what
 #      `simulate --nodes N` predicts for the same requests and the same total memory;
 #   2. (N > 1) replays the next PARTS x PART requests in parts, kills one node (SIGKILL) early
 #      in the first part, and prints each part's hit ratio beside what the cluster without the
@@ -75,7 +75,7 @@ for i in $(seq 1 "$N"); do
   if [ "$BALANCER" = nginx ]; then
     servers+="        server 127.0.0.1:$(node_port "$i") max_fails=1 fail_timeout=10s;\n"
   else
-    servers+="    server node$i 127.0.0.1:$(node_port "$i") check inter 1s fall 1 rise 2\n"
+    servers+="    server node$i 127.0.0.1:$(node_port "$i") weight 10 check inter 1s fall 1 rise 2\n"
   fi
 done
 render() { # template, then the listen line's pattern
@@ -116,15 +116,24 @@ metric() { # node, metric line prefix -> value (0 if absent)
 json() { # file, python expression on `r`
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"
 }
+logged() { # name, command...: its output to logs/name.log; on failure, say so and show it
+  local name=$1
+  shift
+  if ! "$@" >"$dir/logs/$name.log" 2>&1; then
+    echo "$name failed: $*" >&2
+    tail -n 20 "$dir/logs/$name.log" >&2
+    return 1
+  fi
+}
 
 echo "cluster: $N node(s) behind $BALANCER, $(numfmt --to=iec "$CAPACITY") in total ($(numfmt --to=iec "$node_capacity") each), trace $TRACE"
 echo
-"$bin" replay --trace "$TRACE" --target "http://127.0.0.1:$lb_port" --limit "$WARM" \
-  --concurrency "$CONCURRENCY" --origin-stats "http://127.0.0.1:$origin_port/_stats" \
-  --json "$dir/warm.json" >/dev/null 2>&1
+logged warm-replay "$bin" replay --trace "$TRACE" --target "http://127.0.0.1:$lb_port" \
+  --limit "$WARM" --concurrency "$CONCURRENCY" --origin-stats "http://127.0.0.1:$origin_port/_stats" \
+  --json "$dir/warm.json" || exit 1
 predict() { # requests -> the simulated cluster's hits over the trace's first that many
-  "$bin" simulate --trace "$TRACE" --limit "$1" --policy second-hit --capacity "$CAPACITY" \
-    --nodes "$N" --window inf --json "$dir/predicted.json" >/dev/null 2>&1
+  logged simulate "$bin" simulate --trace "$TRACE" --limit "$1" --policy second-hit \
+    --capacity "$CAPACITY" --nodes "$N" --window inf --json "$dir/predicted.json" || exit 1
   json "$dir/predicted.json" "r['results'][0]['hits']"
 }
 printf '%-8s %10s %10s\n' node requests hit
@@ -137,7 +146,7 @@ predicted=$(predict "$WARM")
 printf '%-8s %10s %9.2f%%   predicted (simulate --nodes %s) %.2f %%; origin offload %.2f %%, %.0f requests/s, p99 %.2f ms, errors %s\n' total \
   "$(json "$dir/warm.json" "r['requests']")" "$(json "$dir/warm.json" "100 * r['hit_ratio']")" "$N" \
   "$(python3 -c "print(100 * $predicted / $WARM)")" \
-  "$(json "$dir/warm.json" "100 * (r['origin_offload'] or 0)")" \
+  "$(json "$dir/warm.json" "100 * (r.get('origin_offload') or 0)")" \
   "$(json "$dir/warm.json" "r['requests_per_sec']")" \
   "$(json "$dir/warm.json" "r['latency_ms']['p99']")" \
   "$(json "$dir/warm.json" "r['errors']")"
@@ -154,14 +163,16 @@ echo "node$gone killed (SIGKILL) early in part 1; the next $((PARTS * PART)) req
 printf '%-6s %10s %10s %22s %8s\n' part requests hit "predicted, no stop" errors
 done_hits=$predicted
 for k in $(seq 0 $((PARTS - 1))); do
-  "$bin" replay --trace "$TRACE" --target "http://127.0.0.1:$lb_port" --skip $((WARM + k * PART)) \
-    --limit "$PART" --concurrency "$CONCURRENCY" --json "$dir/part$k.json" >/dev/null 2>&1 &
+  logged "part$k" "$bin" replay --trace "$TRACE" --target "http://127.0.0.1:$lb_port" \
+    --skip $((WARM + k * PART)) --limit "$PART" --concurrency "$CONCURRENCY" \
+    --json "$dir/part$k.json" &
   replay=$!
+  pids+=("$replay")
   if [ "$k" = 0 ]; then
     sleep 0.3
     { kill -KILL "${node_pid[$gone]}" && wait "${node_pid[$gone]}"; } 2>/dev/null || true
   fi
-  wait "$replay" || true
+  wait "$replay" || exit 1
   upto=$(predict $((WARM + (k + 1) * PART)))
   printf '%-6s %10s %9.2f%% %21.2f%% %8s\n' $((k + 1)) "$(json "$dir/part$k.json" "r['requests']")" \
     "$(json "$dir/part$k.json" "100 * r['hit_ratio']")" \
@@ -181,13 +192,13 @@ cuts = [int(c) for c in sys.argv[4:]]
 def ids(i):
     data = open(f"{d}/node{i}.oracleGeneral", "rb").read()
     return [struct.unpack_from("<IQIq", data, o)[1] for o in range(0, len(data) // 24 * 24, 24)]
-pre, split, post = {}, 0, {}
+pre, split, post = {}, set(), {}
 for i in range(1, n + 1):
     rec = ids(i)
     cut = len(rec) if i == gone else cuts[i - 1]
     for k in rec[:cut]:
         if pre.setdefault(k, i) != i:
-            split += 1
+            split.add(k)
     if i != gone:
         for k in rec[cut:]:
             post.setdefault(k, set()).add(i)
@@ -200,5 +211,5 @@ print(f"keys seen before and after the stop: {len(both)}; moved to another node:
       f"({100 * len(moved) / max(len(both), 1):.1f} %, 1/N = {100 / n:.1f} %); "
       f"other keys that moved: {len(stray)}")
 print(f"node{gone} had owned {owned} of {len(pre)} keys ({100 * owned / max(len(pre), 1):.1f} %); "
-      f"keys seen on two nodes before the stop: {split}")
+      f"keys seen on two nodes before the stop: {len(split)}")
 PY

@@ -302,6 +302,13 @@ pub struct LabConfig {
     pub record_queue: usize,
 }
 
+impl LabConfig {
+    /// The largest queue (sightings; a slot is about 40 bytes, allocated at start).
+    pub const MAX_QUEUE: usize = 1 << 24;
+    /// The most rotated recordings kept.
+    pub const MAX_KEEP: u32 = 1000;
+}
+
 impl Default for LabConfig {
     fn default() -> Self {
         LabConfig {
@@ -1019,12 +1026,41 @@ impl Config {
                 .filter_params()
                 .map_err(|e| invalid("admission", format!("filter settings: {e}")))?;
         }
-        for spec in &self.lab.shadow {
+        let lab = &self.lab;
+        for (i, spec) in lab.shadow.iter().enumerate() {
+            if lab.shadow[..i].iter().any(|s| s.text == spec.text) {
+                return Err(invalid(
+                    "lab.shadow",
+                    format!("{spec} is given twice (its metrics would be one series twice)"),
+                ));
+            }
             if spec.policy.is_approximate() {
                 spec.settings(&self.admission.settings())
                     .filter_params()
                     .map_err(|e| invalid("lab.shadow", format!("{spec}: filter settings: {e}")))?;
             }
+        }
+        // Each queue's slots are allocated at start; each rotation renames every kept file.
+        for (field, n) in [
+            ("lab.shadow_queue", lab.shadow_queue),
+            ("lab.record_queue", lab.record_queue),
+        ] {
+            if n > LabConfig::MAX_QUEUE {
+                return Err(invalid(
+                    field,
+                    format!("{n} is more than {} sightings", LabConfig::MAX_QUEUE),
+                ));
+            }
+        }
+        if lab.record_keep > LabConfig::MAX_KEEP {
+            return Err(invalid(
+                "lab.record_keep",
+                format!(
+                    "{} is more than {} files",
+                    lab.record_keep,
+                    LabConfig::MAX_KEEP
+                ),
+            ));
         }
         if self.lab.record.is_some() && self.lab.record_max_bytes < crate::lab::record::RECORD_BYTES
         {

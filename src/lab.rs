@@ -1,8 +1,10 @@
 //! The live lab: what `serve` learns about its own traffic, off the request path.
 //!
-//! Every request that reaches the cache logic (a lookup: HIT, MISS, DEFERRED, STALE,
-//! REVALIDATED) is a [`Sighting`]: the key's 64-bit object id, the object's size and the proxy's
-//! clock. Sightings go to two optional consumers, each behind its own bounded queue drained by
+//! Every request that reaches the cache logic is a [`Sighting`]: one that found its object
+//! (HIT, STALE, REVALIDATED) or that asked the admission policy (MISS, DEFERRED, and the misses
+//! whose response turned out not storable or failed: the live filter saw those too). A request
+//! that may only be looked up (a HEAD or Range miss) is not one. A sighting carries the key's
+//! 64-bit object id, the object's size, whether it was storable, and the proxy's clock. Sightings go to two optional consumers, each behind its own bounded queue drained by
 //! one thread; when a queue is full the sighting is dropped and counted, and the request never
 //! waits:
 //!
@@ -20,7 +22,6 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use record::{RecordOptions, Recorder};
@@ -36,6 +37,12 @@ pub struct Sighting {
     pub size: u64,
     /// The proxy's clock.
     pub time: Duration,
+    /// Whether the live cache could have stored the response (false: `no-store`, `private`,
+    /// too large, an origin error, ...). The shadows look such a request up and ask their
+    /// policy, as the live cache did, but never write it; the recording cannot say it
+    /// (oracleGeneral has no such field), so a simulation of the recording treats every object
+    /// as storable.
+    pub storable: bool,
 }
 
 /// A consumer of sightings, run on a lab thread.
@@ -55,7 +62,6 @@ enum Msg {
 /// A bounded queue and the thread that drains it into a [`Sink`].
 pub(crate) struct Tap {
     tx: Option<SyncSender<Msg>>,
-    thread: Option<JoinHandle<()>>,
     /// Sightings refused because the queue was full.
     dropped: AtomicU64,
 }
@@ -64,12 +70,12 @@ impl Tap {
     /// Starts the thread `name` with a queue of `queue` sightings.
     pub(crate) fn start(name: &str, queue: usize, sink: impl Sink) -> io::Result<Tap> {
         let (tx, rx) = sync_channel(queue.max(1));
-        let thread = std::thread::Builder::new()
+        // Not joined: see `Drop`.
+        std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || drain(rx, sink))?;
         Ok(Tap {
             tx: Some(tx),
-            thread: Some(thread),
             dropped: AtomicU64::new(0),
         })
     }
@@ -94,18 +100,35 @@ impl Tap {
     /// gone idle (a recording flushed). Whether that happened in time.
     pub(crate) fn settle(&self, timeout: Duration) -> bool {
         let Some(tx) = &self.tx else { return false };
+        let deadline = std::time::Instant::now() + timeout;
         let (ack, done) = sync_channel(1);
-        tx.send(Msg::Settle(ack)).is_ok() && done.recv_timeout(timeout).is_ok()
+        // Never blocks past the deadline, even on a full queue behind a stuck sink (a hung
+        // disk under the recording).
+        let mut msg = Msg::Settle(ack);
+        loop {
+            match tx.try_send(msg) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(m)) => {
+                    if std::time::Instant::now() >= deadline {
+                        return false;
+                    }
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        done.recv_timeout(left).is_ok()
     }
 }
 
 impl Drop for Tap {
-    /// Consumes what is queued: the thread ends once the queue is closed and drained.
+    /// Closes the queue: the thread consumes what is queued and ends by itself. It is not
+    /// joined (a sink stuck on a hung disk must not hang whoever drops the last reference, a
+    /// runtime worker perhaps); [`Tap::settle`] first to know everything was consumed.
     fn drop(&mut self) {
         self.tx = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -238,6 +261,7 @@ mod tests {
             id,
             size: 1,
             time: Duration::ZERO,
+            storable: true,
         }
     }
 

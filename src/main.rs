@@ -284,7 +284,8 @@ struct SimulateArgs {
     #[arg(long)]
     sample: Option<f64>,
     /// Predict a cluster: N nodes behind a consistent-hash balancer (a ring of 160 points per
-    /// node, as nginx's `hash ... consistent` and haproxy's `hash-type consistent`), each key on
+    /// node, as nginx's `hash ... consistent`, and haproxy's `hash-type consistent` with
+    /// `weight 10`), each key on
     /// one node with its own filter and cache. Figures are the cluster's totals; --json adds
     /// `per_node`.
     #[arg(long, default_value_t = 1, value_name = "N")]

@@ -198,6 +198,26 @@ pub struct Proxy {
     /// Shadows and recording (`[lab]`), as started: a reload does not change them.
     lab: Lab,
     lab_config: crate::config::LabConfig,
+    /// The live settings the shadows copied at start.
+    lab_basis: LabBasis,
+}
+
+/// What the shadows take from the live cache when they start (policy, filter settings,
+/// eviction, capacity).
+type LabBasis = (
+    crate::admission::Policy,
+    crate::admission::Settings,
+    crate::store::Eviction,
+    u64,
+);
+
+fn lab_basis(config: &ValidConfig) -> LabBasis {
+    (
+        config.admission.policy,
+        config.admission.settings(),
+        config.cache.eviction,
+        config.cache.capacity,
+    )
 }
 
 /// The settings a reload swaps in: routes and origins, rules, limits, timeouts.
@@ -334,10 +354,22 @@ struct Answer {
     response: Response<ProxyBody>,
     outcome: Outcome,
     status: CacheStatus,
-    /// The size of the object a cacheable request was for, when known as the head goes out:
-    /// the lab's sighting ([`crate::lab`]). `None`: not a lookup, or the pump sights it once
-    /// the body of unknown length is whole.
-    object_size: Option<u64>,
+    /// What the lab is told of this request ([`crate::lab`]).
+    sight: Sight,
+}
+
+/// What the lab is told of a request that reached the cache logic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sight {
+    /// Nothing is known of the object (the fetch failed, the request was refused): a sighting
+    /// of size 0, not storable, when the policy was asked.
+    Unknown,
+    /// An object of this size, storable by the live cache or not.
+    Now { size: u64, storable: bool },
+    /// The pump tells it when the body of unknown length ends.
+    Later,
+    /// Not a sighting: a look-up-only miss (the policy was not asked), a background refresh.
+    Skip,
 }
 
 impl Proxy {
@@ -361,6 +393,7 @@ impl Proxy {
             access_log,
             lab: build_lab(config)?,
             lab_config: config.lab.clone(),
+            lab_basis: lab_basis(config),
         })
     }
 
@@ -393,6 +426,10 @@ impl Proxy {
         if config.lab != self.lab_config {
             notes.push(
                 "lab: shadows and recording change on a restart; they go on as started".into(),
+            );
+        } else if self.lab.shadows().is_some() && lab_basis(config) != self.lab_basis {
+            notes.push(
+                "lab.shadow: the shadows (and the live policy's row) keep the admission settings, eviction and capacity they started with until a restart".into(),
             );
         }
         let shape = store_shape(config);
@@ -446,12 +483,13 @@ impl Proxy {
 
     /// Hands the lab one lookup of object `id`, `size` bytes (nothing when the lab is off).
     #[inline]
-    fn sight(&self, id: u64, size: u64) {
+    fn sight(&self, id: u64, size: u64, storable: bool) {
         if self.lab.is_on() {
             self.lab.sight(Sighting {
                 id,
                 size,
                 time: self.clock.now(),
+                storable,
             });
         }
     }
@@ -503,7 +541,7 @@ impl Proxy {
             mut response,
             outcome,
             status,
-            object_size: _,
+            sight: _,
         } = match &logged {
             Some((_, origin)) => ORIGIN_MICROS.scope(Arc::clone(origin), serve).await,
             None => serve.await,
@@ -583,8 +621,10 @@ impl Proxy {
         let answer = self
             .cacheable(parts, body, &target, client, plan, live)
             .await;
-        if let Some(size) = answer.object_size {
-            self.sight(target.id, size);
+        match answer.sight {
+            Sight::Now { size, storable } => self.sight(target.id, size, storable),
+            Sight::Unknown => self.sight(target.id, 0, false),
+            Sight::Later | Sight::Skip => {}
         }
         answer
     }
@@ -628,7 +668,7 @@ impl Proxy {
             Found::Miss => {}
         }
         if let RequestPlan::LookupOnly(reason) = plan {
-            return self
+            let mut answer = self
                 .forward(
                     parts,
                     body,
@@ -639,6 +679,8 @@ impl Proxy {
                     live,
                 )
                 .await;
+            answer.sight = Sight::Skip;
+            return answer;
         }
         // 4. admit
         match self.admit(target, &lookup.key) {
@@ -682,7 +724,7 @@ impl Proxy {
             response: refusal.response(),
             outcome: Outcome::Error,
             status: refusal.cache_status(),
-            object_size: None,
+            sight: Sight::Unknown,
         }
     }
 
@@ -718,7 +760,10 @@ impl Proxy {
             response,
             outcome: Outcome::Hit,
             status,
-            object_size: Some(obj.body.len() as u64),
+            sight: Sight::Now {
+                size: obj.body.len() as u64,
+                storable: true,
+            },
         }
     }
 
@@ -842,14 +887,20 @@ impl Proxy {
             leader: x.leader,
         });
 
-        // The object's size for the lab: announced, or counted by the pump at the end.
-        let announced = match rparts.status {
-            http::StatusCode::NOT_MODIFIED => Some(0),
-            _ if x.upstream_head => Some(content_length(&rparts.headers).unwrap_or(0)),
-            _ => expected,
+        // What the lab is told: the size announced (a 304 keeps the object's Content-Length),
+        // or counted by the pump at the end of a body of unknown length.
+        let storable = matches!(c.outcome, Outcome::Miss | Outcome::Deferred);
+        let announced = if rparts.status == http::StatusCode::NOT_MODIFIED || x.upstream_head {
+            Some(content_length(&rparts.headers).unwrap_or(0))
+        } else {
+            expected
         };
-        let object_size = announced.filter(|_| x.sight);
-        let sight_later = (x.sight && announced.is_none()).then_some(target.id);
+        let sight = match (x.sight, announced) {
+            (false, _) => Sight::Skip,
+            (true, Some(size)) => Sight::Now { size, storable },
+            (true, None) => Sight::Later,
+        };
+        let sight_later = (sight == Sight::Later).then_some((target.id, storable));
 
         // 7. pump (or, for a small body, read it whole here)
         let body = match expected {
@@ -869,7 +920,7 @@ impl Proxy {
             response,
             outcome: c.outcome,
             status: c.status,
-            object_size,
+            sight,
         }
     }
 
@@ -926,7 +977,7 @@ impl Proxy {
             response,
             outcome: Outcome::Error,
             status,
-            object_size: None,
+            sight: Sight::Unknown,
         }
     }
 }

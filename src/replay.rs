@@ -284,13 +284,14 @@ pub async fn run(
     let skip = options.skip;
     let reader = std::thread::spawn(move || -> Result<(), TraceError> {
         for (n, r) in requests.enumerate() {
-            // Skipped requests are still read (and a bad record still reported).
-            let r = r?;
-            let Some(i) = (n as u64).checked_sub(skip) else {
-                continue;
-            };
-            if i >= limit {
+            let i = (n as u64).wrapping_sub(skip);
+            if n as u64 >= skip && i >= limit {
                 break;
+            }
+            // Skipped requests are still read (and a bad record among them reported).
+            let r = r?;
+            if (n as u64) < skip {
+                continue;
             }
             if tx.blocking_send((i, r)).is_err() {
                 break;

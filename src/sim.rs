@@ -316,7 +316,8 @@ pub struct RunResult {
     /// Requests per second of this run's own work (one thread; trace reading excluded).
     pub requests_per_sec: f64,
     /// With [`Options::nodes`] above one: each node's figures, node 0 first (the fields above
-    /// are the cluster's totals; `capacity_bytes` is the cluster's, each node has its share).
+    /// are the cluster's totals; `capacity_bytes` is the run's, which each node has a share of
+    /// with `split` and the whole of with `each`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_node: Vec<NodeResult>,
 }

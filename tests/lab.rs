@@ -3,6 +3,7 @@
 
 mod support;
 
+use http::Method;
 use secondhit::admission::{Policy, Settings};
 use secondhit::clock::SystemClock;
 use secondhit::config::{Config, OriginUrl};
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use support::bundled;
+use support::raw_origin::RawOrigin;
 
 const TRACE: &str = "request.trace.xz";
 /// About 5 % of the working set of the trace's first 8,000 requests.
@@ -186,9 +188,15 @@ async fn a_full_shadow_queue_drops_and_counts_and_no_request_waits_for_it() {
     // A queue of one sighting and four shadows on moka's store (the slowest): the thread falls
     // behind a concurrent replay, and what it cannot take is dropped, never waited for.
     let p = proxy(&origin, Policy::AdmitAll, |c| {
-        c.lab.shadow = (0..4)
-            .map(|_| "admit-all:eviction=tinylfu".parse().unwrap())
-            .collect();
+        c.lab.shadow = [
+            "admit-all:eviction=tinylfu",
+            "second-hit:eviction=tinylfu",
+            "nth-hit:3:eviction=tinylfu",
+            "admit-all:eviction=tinylfu:capacity=1MiB",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
         c.lab.shadow_queue = 1;
     })
     .await;
@@ -196,7 +204,8 @@ async fn a_full_shadow_queue_drops_and_counts_and_no_request_waits_for_it() {
     replay(&p, requests, 16).await;
     let f = figures(&p);
     let dropped = p.proxy.lab().shadows().unwrap().dropped();
-    // Every lookup was either taken by the shadows or counted as dropped.
+    // Every lookup was either taken by the shadows or counted as dropped (that the request never
+    // waits is the unit test's: `lab::tests::a_full_queue_drops_and_counts_without_waiting`).
     assert_eq!(f[0].requests + dropped, requests);
     assert!(f.iter().all(|s| s.requests == f[0].requests));
     let metrics = p.proxy.render_metrics();
@@ -274,24 +283,25 @@ async fn the_recording_rotates_at_its_size_and_keeps_every_request_in_order() {
     let p = proxy(&origin, Policy::SecondHit, |c| {
         c.lab.record = Some(file.clone());
         c.lab.record_max_bytes = 24 * 400;
-        c.lab.record_keep = 3;
+        c.lab.record_keep = 1;
     })
     .await;
     replay(&p, 1_000, 1).await;
     let addr = p.addr;
     p.shutdown().await;
     let rotated = |n: u32| secondhit::lab::record::rotated(&file, n);
-    assert!(!rotated(3).exists());
+    // Files of 400: the first was rotated out of the one kept, FILE.1 holds the second.
+    assert!(!rotated(2).exists());
     let ids = |path: &Path| -> Vec<u64> {
         trace::open(path, None)
             .unwrap()
             .map(|r| r.unwrap().id)
             .collect()
     };
-    let (older, newer, current) = (ids(&rotated(2)), ids(&rotated(1)), ids(&file));
-    assert_eq!((older.len(), newer.len(), current.len()), (400, 400, 200));
+    let (older, current) = (ids(&rotated(1)), ids(&file));
+    assert_eq!((older.len(), current.len()), (400, 200));
     // Read oldest first, they are the replay in order: the same ids as the proxy's own keys.
-    let all: Vec<u64> = older.into_iter().chain(newer).chain(current).collect();
+    let kept: Vec<u64> = older.into_iter().chain(current).collect();
     let want: Vec<u64> = trace::open(&bundled(TRACE), None)
         .unwrap()
         .take(1_000)
@@ -301,7 +311,78 @@ async fn the_recording_rotates_at_its_size_and_keeps_every_request_in_order() {
             secondhit::hash::object_id(key.as_bytes())
         })
         .collect();
-    assert_eq!(all, want);
+    assert_eq!(kept, want[400..]);
     origin.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One sighting per request that reached the cache logic, with the object's size: hits (HEAD
+/// too), misses with and without a length (chunked: sized by the pump), responses that could
+/// not be stored (sighted as such: the shadows ask their policy and never store them), and an
+/// origin failure after the policy was asked (size 0); none for a look-up-only miss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lookup_is_one_sighting_of_its_object() {
+    let origin = RawOrigin::start(|head| {
+        let path = head.split(' ').nth(1).unwrap_or("").to_string();
+        match path.as_str() {
+            "/plain" => "HTTP/1.1 200 OK\r\ncache-control: max-age=60\r\ncontent-length: 10\r\n\r\n0123456789".into(),
+            "/chunked" => "HTTP/1.1 200 OK\r\ncache-control: max-age=60\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n".into(),
+            "/nostore" => "HTTP/1.1 200 OK\r\ncache-control: no-store\r\ncontent-length: 7\r\n\r\nprivate".into(),
+            _ => "this is not HTTP\r\n\r\n".to_string(),
+        }
+        .into_bytes()
+    })
+    .await;
+    let dir = scratch("sightings");
+    let file = dir.join("edge.oracleGeneral");
+    let (p, _clock) = support::proxy::start(
+        &origin.url(),
+        &format!(
+            "[lab]\nshadow = [\"admit-all\"]\nrecord = \"{}\"",
+            file.display()
+        ),
+    )
+    .await;
+    let http = support::proxy::Http::new(p.addr);
+    let mut want = Vec::new();
+    for (method, path, x_cache, size) in [
+        (Method::GET, "/plain", "DEFERRED", 10),
+        (Method::GET, "/plain", "MISS", 10),
+        (Method::GET, "/plain", "HIT", 10),
+        (Method::HEAD, "/plain", "HIT", 10),
+        (Method::GET, "/chunked", "DEFERRED", 11),
+        (Method::GET, "/chunked", "MISS", 11),
+        (Method::GET, "/chunked", "HIT", 11),
+        (Method::GET, "/nostore", "BYPASS", 7),
+        (Method::GET, "/nostore", "BYPASS", 7),
+        (Method::GET, "/broken", "ERROR", 0),
+        (Method::HEAD, "/never-got", "", u64::MAX), // a HEAD miss: looked up only
+    ] {
+        let got = http.send(method.clone(), path, &[]).await;
+        if size == u64::MAX {
+            continue;
+        }
+        assert_eq!(got.x_cache(), x_cache, "{method} {path}");
+        let key = format!("GET http://{}{path}", p.addr);
+        want.push((secondhit::hash::object_id(key.as_bytes()), size));
+    }
+    assert!(p.proxy.lab().settle(Duration::from_secs(30)));
+    let recorded: Vec<(u64, u64)> = trace::open(&file, None)
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            (r.id, r.size)
+        })
+        .collect();
+    assert_eq!(recorded, want);
+    // The live policy's shadow is the live cache: 3 hits, 2 writes; admit-all would have
+    // written /plain and /chunked at once (and never /nostore, nor the failure): 5 hits.
+    let f = p.proxy.lab().shadows().unwrap().figures();
+    assert_eq!(
+        (f[0].requests, f[0].hits, f[0].writes),
+        (10, 3, p.proxy.metrics().stores())
+    );
+    assert_eq!((f[1].requests, f[1].hits, f[1].writes), (10, 5, 2));
+    p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -301,28 +301,16 @@ fn a_sampled_run_estimates_the_full_runs_hit_ratios() {
 }
 
 /// A simulated cluster is N independent caches: node i's figures are exactly one cache of
-/// capacity / N replaying only the requests the ring sends to node i, and the totals are the
-/// nodes' sums. With one node, `--nodes` changes nothing.
+/// capacity / N (or the whole capacity, with `each`) replaying only the requests the ring sends
+/// to node i, and the totals are the nodes' sums.
 #[test]
 fn each_node_of_a_cluster_is_one_cache_over_its_share_of_the_keys() {
     let path = bundled("request.trace.xz");
     let requests = load(&path);
     let capacity = 4 << 20;
-    for policy in [Policy::AdmitAll, Policy::SecondHitExact] {
-        let one = simulate(
-            &path,
-            &Options {
-                policies: vec![policy],
-                capacities: Capacities::Bytes(vec![capacity]),
-                settings: Settings {
-                    window: None,
-                    ..Settings::default()
-                },
-                ..Options::default()
-            },
-        );
-        let n = 3;
-        let cluster = simulate(
+    let n = 3;
+    let run = |policy, share| {
+        simulate(
             &path,
             &Options {
                 policies: vec![policy],
@@ -333,53 +321,58 @@ fn each_node_of_a_cluster_is_one_cache_over_its_share_of_the_keys() {
                 },
                 nodes: sim::Nodes {
                     count: n,
-                    capacity: sim::NodeCapacity::Split,
+                    capacity: share,
                 },
                 ..Options::default()
             },
-        );
-        let single = simulate(
-            &path,
-            &Options {
-                policies: vec![policy],
-                capacities: Capacities::Bytes(vec![capacity]),
-                settings: Settings {
-                    window: None,
-                    ..Settings::default()
-                },
-                nodes: sim::Nodes {
-                    count: 1,
-                    capacity: sim::NodeCapacity::Split,
-                },
-                ..Options::default()
-            },
-        );
-        assert_eq!(one.results[0].hits, single.results[0].hits);
-        assert!(single.results[0].per_node.is_empty());
-        let c = &cluster.results[0];
-        assert_eq!(c.per_node.len(), n);
-        assert_eq!(c.requests, requests.len() as u64);
-        assert_eq!(c.hits, c.per_node.iter().map(|p| p.hits).sum::<u64>());
-        let ring = sim::Ring::new(n);
-        for (node, figures) in c.per_node.iter().enumerate() {
-            let share: Vec<Request> = requests
-                .iter()
-                .filter(|r| ring.node_of(r.key) == node)
-                .cloned()
-                .collect();
-            assert_eq!(figures.requests, share.len() as u64);
-            let want = reference_hits(
-                &share,
-                capacity / n as u64,
-                policy == Policy::SecondHitExact,
-            );
-            assert_eq!(figures.hits, want, "{policy} node {node}");
-            // Every node gets a fair share of the requests.
-            assert!(
-                share.len() * 5 > requests.len(),
-                "node {node}: {}",
-                share.len()
-            );
+        )
+    };
+    let ring = sim::Ring::new(n);
+    for policy in [Policy::AdmitAll, Policy::SecondHitExact] {
+        for (share, node_capacity) in [
+            (sim::NodeCapacity::Split, capacity / n as u64),
+            (sim::NodeCapacity::Each, capacity),
+        ] {
+            let report = run(policy, share);
+            let c = &report.results[0];
+            assert_eq!(c.per_node.len(), n);
+            assert_eq!(c.requests, requests.len() as u64);
+            let sum = |f: fn(&sim::NodeResult) -> u64| c.per_node.iter().map(f).sum::<u64>();
+            assert_eq!(c.hits, sum(|p| p.hits));
+            assert_eq!(c.hit_bytes, sum(|p| p.hit_bytes));
+            assert_eq!(c.admissions, sum(|p| p.admissions));
+            for (node, figures) in c.per_node.iter().enumerate() {
+                let share: Vec<Request> = requests
+                    .iter()
+                    .filter(|r| ring.node_of(r.key) == node)
+                    .cloned()
+                    .collect();
+                assert_eq!(figures.requests, share.len() as u64);
+                let want = reference_hits(&share, node_capacity, policy == Policy::SecondHitExact);
+                assert_eq!(figures.hits, want, "{policy} node {node}");
+                // Every node gets a fair share of the requests.
+                assert!(
+                    share.len() * 5 > requests.len(),
+                    "node {node}: {}",
+                    share.len()
+                );
+            }
         }
     }
+    // A size that leaves a node nothing is refused, naming it.
+    let e = sim::run(
+        &trace::Source::file(&path, None),
+        &Options {
+            capacities: Capacities::Bytes(vec![2]),
+            nodes: sim::Nodes {
+                count: n,
+                capacity: sim::NodeCapacity::Split,
+            },
+            ..Options::default()
+        },
+        &Quiet,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("2 bytes split over 3 nodes"), "{e}");
 }

@@ -71,7 +71,14 @@ struct RecordSink {
     /// Bytes in the current file.
     len: u64,
     stats: Shared<Stats>,
+    /// After a failed rotation, the current file grows past its size until this many more
+    /// records are written: a rotation that keeps failing must not shift (and so remove) the
+    /// rotated files once per record.
+    rotation_pause: u64,
 }
+
+/// Records written between attempts after a failed rotation.
+const ROTATION_RETRY: u64 = 10_000;
 
 /// Opens `path` for appending, cut back to whole records. Returns the file and its length.
 fn open(path: &Path) -> io::Result<(File, u64)> {
@@ -147,9 +154,12 @@ impl Sink for RecordSink {
         if !self.ensure_open() {
             return;
         }
-        if self.len > 0 && self.len + RECORD_BYTES > self.options.max_bytes {
+        if self.rotation_pause > 0 {
+            self.rotation_pause -= 1;
+        } else if self.len > 0 && self.len + RECORD_BYTES > self.options.max_bytes {
             if let Err(e) = self.rotate() {
                 self.failed("rotating", &e);
+                self.rotation_pause = ROTATION_RETRY;
             }
             if !self.ensure_open() {
                 return;
@@ -199,6 +209,7 @@ impl Recorder {
             file: Some(BufWriter::with_capacity(64 * 1024, file)),
             len,
             stats: Arc::clone(&stats),
+            rotation_pause: 0,
         };
         Ok(Recorder {
             path,
@@ -218,7 +229,8 @@ impl Recorder {
         self.tap.settle(timeout)
     }
 
-    /// Records written.
+    /// Records written (to the file's buffer: a later failed flush loses them, and counts in
+    /// `secondhit_record_errors_total`).
     pub fn records(&self) -> u64 {
         self.stats.records.get()
     }
@@ -272,6 +284,7 @@ mod tests {
             id,
             size,
             time: Duration::from_secs(secs),
+            storable: true,
         }
     }
 
@@ -342,6 +355,28 @@ mod tests {
         r.offer(sight(9, 90, 3));
         assert!(r.settle(Duration::from_secs(10)));
         assert_eq!(read(&path), vec![(7, 70, 1), (9, 90, 3)]);
+    }
+
+    #[test]
+    fn a_rotation_that_fails_is_counted_once_and_recording_goes_on_in_the_same_file() {
+        let path = scratch("stuck").join("t.oracleGeneral");
+        // FILE.1 is a directory: the rotation cannot make room for it.
+        fs::create_dir_all(rotated(&path, 1).join("inside")).unwrap();
+        let r = Recorder::start(RecordOptions {
+            path: path.clone(),
+            max_bytes: 2 * RECORD_BYTES,
+            keep: 1,
+            queue: 64,
+        })
+        .unwrap();
+        for i in 0..10 {
+            r.offer(sight(i, 1, 1));
+        }
+        assert!(r.settle(Duration::from_secs(10)));
+        assert_eq!(r.records(), 10);
+        assert_eq!(r.stats.errors.get(), 1);
+        assert_eq!(read(&path).len(), 10);
+        assert!(rotated(&path, 1).join("inside").is_dir());
     }
 
     #[test]

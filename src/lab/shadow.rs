@@ -14,8 +14,8 @@
 //! bytes for `lru` (an arena slot of key, size and links, and an index entry, each with the
 //! spare room of a table that grows by doubling) up to 330 for moka's `tinylfu`
 //! ([`bytes_per_object`], measured by `cargo run --release --example shadow_memory`). A shadow of
-//! capacity C tracks at most C / (smallest object) objects: with the live cache's 256 MiB and
-//! 1 KiB objects, 262,144 objects, about 29 MB for `lru`. `secondhit_shadow_bytes_per_object`
+//! capacity C tracks at most C / (smallest object) objects (a sighting of size 0 weighs 1 byte): with the live cache's 256 MiB and
+//! 1 KiB objects, 262,144 objects, about 28 MB for `lru`. `secondhit_shadow_bytes_per_object`
 //! says each shadow's figure.
 
 use super::{family, Figure, Shared, Sighting, Sink, Tap};
@@ -218,10 +218,12 @@ struct ShadowSink {
 
 impl Sink for ShadowSink {
     fn take(&mut self, s: &Sighting) {
-        let access = Access::new(s.id, s.size, self.vtime);
+        // An object of unknown or no size weighs one byte here, so that a shadow never tracks
+        // more objects than its capacity in bytes.
+        let access = Access::new(s.id, s.size.max(1), self.vtime);
         self.vtime += 1;
         for (lane, f) in &mut self.lanes {
-            let step = lane.step(&access, s.time);
+            let step = lane.see(&access, s.time, s.storable);
             let c = lane.counts();
             f.requests.set(c.requests);
             match step {
@@ -468,6 +470,7 @@ mod tests {
             id,
             size,
             time: Duration::ZERO,
+            storable: true,
         }
     }
 

@@ -145,14 +145,15 @@ impl StoreBuffer {
 
 impl Proxy {
     /// Spawns the task that reads the origin's body, forwards it to the client as it arrives
-    /// and, for a store job, stores it once complete; with `sight` (an object id), hands the
-    /// lab the object's size once the body is whole. Returns the client's body.
+    /// and, for a store job, stores it once complete; with `sight` (an object id and whether
+    /// its response is storable), hands the lab the object's size when the body ends. Returns
+    /// the client's body.
     pub(super) fn pump(
         self: &Arc<Self>,
         mut body: Incoming,
         expected: Option<u64>,
         job: Option<StoreJob>,
-        sight: Option<u64>,
+        sight: Option<(u64, bool)>,
         live: &Arc<Live>,
     ) -> ProxyBody {
         let (tx, client_body) = channel(CHANNEL_FRAMES, expected, Some(live.limits.stream_buffer));
@@ -214,9 +215,10 @@ impl Proxy {
                 }
             }
             proxy.metrics.origin_bytes(received);
-            // A body of unknown length: the lab sees its object once it is whole.
-            if let Some(id) = sight.filter(|_| whole) {
-                proxy.sight(id, received);
+            // A body of unknown length: the lab sees its object when it ends (storable only if
+            // it came whole; a client that left early leaves the size counted so far).
+            if let Some((id, storable)) = sight {
+                proxy.sight(id, received, storable && whole);
             }
             if let Some(job) = job {
                 let complete = !failed && expected.is_none_or(|n| n == received);

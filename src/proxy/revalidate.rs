@@ -13,7 +13,7 @@ use super::classify::Intent;
 use super::coalesce::{Fetched, Leader, Role};
 use super::fetch::upstream_request;
 use super::outcome::{Fwd, Outcome, Refusal};
-use super::{hit, Answer, Exchange, Live, Proxy, PurgeError};
+use super::{hit, Answer, Exchange, Live, Proxy, PurgeError, Sight};
 use crate::body::empty;
 use crate::http_cache::{cache_key, storability, strip_hop_by_hop, updated_headers, validates};
 use http::header::{self, HeaderMap};
@@ -161,7 +161,10 @@ impl Proxy {
                     response,
                     outcome: Outcome::Revalidated,
                     status: cs,
-                    object_size: Some(refreshed.body.len() as u64),
+                    sight: Sight::Now {
+                        size: refreshed.body.len() as u64,
+                        storable: true,
+                    },
                 };
             }
             // A 304 for something else than what is stored: nothing to refresh; fetch it whole.
@@ -348,7 +351,10 @@ impl Proxy {
             response,
             outcome: Outcome::Stale,
             status: cs,
-            object_size: Some(stored.body.len() as u64),
+            sight: Sight::Now {
+                size: stored.body.len() as u64,
+                storable: true,
+            },
         }
     }
 

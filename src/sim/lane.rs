@@ -53,7 +53,8 @@ pub enum Step {
     Hit,
     /// A miss the policy admitted and the store kept.
     Written,
-    /// A miss the policy admitted that the store refused or that is larger than the cache.
+    /// A miss the policy admitted that the store refused, that is larger than the cache, or
+    /// whose response could not be stored.
     Refused,
     /// A miss the policy deferred.
     Deferred,
@@ -119,6 +120,14 @@ impl Lane {
     /// One request at `time` (the policy's clock).
     #[inline]
     pub fn step(&mut self, access: &Access, time: Duration) -> Step {
+        self.see(access, time, true)
+    }
+
+    /// One request at `time` whose response may not be storable (`storable: false`: a live
+    /// cache asked its policy but could not store the response, as for `no-store`): looked up
+    /// and, on a miss, put to the policy as any other, never written.
+    #[inline]
+    pub fn see(&mut self, access: &Access, time: Duration, storable: bool) -> Step {
         let c = &mut self.counts;
         c.requests += 1;
         c.requested_bytes += access.size;
@@ -139,7 +148,7 @@ impl Lane {
         if !admit {
             return Step::Deferred;
         }
-        if access.size > self.capacity {
+        if !storable || access.size > self.capacity {
             return Step::Refused;
         }
         c.admissions += 1;

@@ -1,6 +1,7 @@
 //! Consistent hashing of keys over nodes, as a CDN's balancer spreads an edge's keys (nginx's
-//! `hash ... consistent` and haproxy's `hash-type consistent` are both ketama rings): each node
-//! owns [`POINTS_PER_NODE`] points on a 64-bit ring, and a key goes to the node of the first
+//! `hash ... consistent` is a ketama ring of 160 points per unit of weight; haproxy's
+//! `hash-type consistent` one of 16 per unit, so `weight 10` matches): each node owns
+//! [`POINTS_PER_NODE`] points on a 64-bit ring, and a key goes to the node of the first
 //! point at or after the key's position. Taking a node out moves only the keys it owned (about
 //! 1/N of them), each to the node of the next point, and every other key stays where it was.
 //!

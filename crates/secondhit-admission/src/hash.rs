@@ -41,7 +41,11 @@ impl KeyHash {
     /// ```
     /// use secondhit_admission::hash::{object_id, KeyHash};
     /// let url = b"GET http://example.com/logo.png";
-    /// assert_eq!(KeyHash::of_key(url), KeyHash::of_u64(object_id(url)));
+    /// let recorded: u64 = object_id(url); // what the host writes in its trace
+    /// // ... and what a simulator reading the trace hashes, for the same decisions:
+    /// assert_eq!(KeyHash::of_u64(recorded), KeyHash::of_key(url));
+    /// // Not the direct hash of the key: a host keys one way or the other, consistently.
+    /// assert_ne!(KeyHash::of_key(url), KeyHash::of(url));
     /// ```
     #[inline]
     pub fn of_key(key: &[u8]) -> Self {

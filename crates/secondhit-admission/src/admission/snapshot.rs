@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! 0   magic "SHADMIT\0"        8 bytes
-//! 8   format version           u32 (1)
+//! 8   format version           u32 (2)
 //! 12  kind                     u8  (0 Bloom, 1 Counting, 2 Exact)
 //! 13  threshold                u32
 //! 17  layout, bits, hashes     u8, u64, u32  (the generations' shape)
@@ -31,8 +31,14 @@ use std::time::Duration;
 use xxhash_rust::xxh3::xxh3_64;
 
 const MAGIC: &[u8; 8] = b"SHADMIT\0";
-/// The snapshot format version this crate writes and reads.
-pub const VERSION: u32 = 1;
+/// The snapshot format version this crate writes and reads. 2: the same layout as 1, whose
+/// filters were filled by a `secondhit` that keyed its policy on [`KeyHash::of`]; since 2 it
+/// keys on [`KeyHash::of_key`], so a version-1 filter's bits stand for other hashes and is
+/// refused (a host that keys differently is unaffected by the change).
+///
+/// [`KeyHash::of`]: crate::KeyHash::of
+/// [`KeyHash::of_key`]: crate::KeyHash::of_key
+pub const VERSION: u32 = 2;
 const HEADER: usize = 62;
 
 /// Why a snapshot was not loaded. Loading never panics and never half-applies: on any error the
@@ -376,9 +382,9 @@ mod tests {
             bad[at] ^= 0x40;
             assert!(b.restore(&bad, S(0), S(WALL)).is_err(), "flipped byte {at}");
         }
-        let mut v2 = good.clone();
-        v2[8] = 2;
-        assert_eq!(b.restore(&v2, S(0), S(WALL)), Err(RestoreError::Version(2)));
+        let mut v1 = good.clone();
+        v1[8] = 1;
+        assert_eq!(b.restore(&v1, S(0), S(WALL)), Err(RestoreError::Version(1)));
         // Nothing was loaded: b still knows none of a's keys.
         assert_eq!(b.on_miss(KeyHash::of_u64(7), S(2)), Decision::Defer);
         assert!(b.restore(&good, S(0), S(WALL)).is_ok());
