@@ -284,8 +284,8 @@ struct Shared {
     reopen: AtomicBool,
 }
 
-/// How long the writer lets lines gather after writing a batch.
-const GATHER: Duration = Duration::from_millis(5);
+/// How long the writer lets lines gather after writing a batch (the lab's threads too).
+pub(crate) const GATHER: Duration = Duration::from_millis(5);
 
 /// Lines the queue holds before new ones are dropped.
 pub const QUEUE: usize = 16_384;
