@@ -18,6 +18,10 @@
 //!  7 pump      stream to the client; store once complete (pump.rs)
 //! ```
 //!
+//! From phase 3 on, a request that found its object or asked the policy is one sighting for the
+//! lab (shadow policies and the recording, `crate::lab`): made when the answer is known, or by
+//! the pump when a body of unknown length ends; a look-up-only miss is none.
+//!
 //! `Outcome`, `Cache-Status` and refusals are values (outcome.rs); stored entries are
 //! `cached::Entry`s of one weighed moka store.
 
