@@ -163,6 +163,7 @@ pub async fn run(
             auto_expected_items: false,
             sample: None,
             nodes: sim::Nodes::default(),
+            disk: None,
         };
         let predicted = tokio::task::spawn_blocking({
             let source = source.clone();

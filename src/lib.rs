@@ -43,7 +43,8 @@
 //!   oracleGeneral output (`trace-convert`).
 //! - [`sim`]: offline replay: trace x policies x evictions x sizes -> report (table, JSON, CSV,
 //!   SVG plot, the best pair per size), in parallel, deterministic, optionally sampled (SHARDS),
-//!   optionally as a cluster of nodes on a consistent-hash ring (`--nodes`).
+//!   optionally as a cluster of nodes on a consistent-hash ring (`--nodes`) or as memory above
+//!   a flash tier (`--disk-capacity`).
 //! - [`replay`]: live replay of a trace as HTTP load against any cache, with latency histograms
 //!   and byte-for-byte verification.
 //! - [`origin_server`]: `secondhit origin`, a synthetic origin with verifiable content, counters

@@ -294,6 +294,28 @@ struct SimulateArgs {
     /// node has the whole capacity).
     #[arg(long, default_value = "split", value_name = "split|each")]
     node_capacity: sim::NodeCapacity,
+    /// A flash tier below memory, of these sizes (comma-separated, bytes or with a unit): each
+    /// run becomes memory (--policy, --eviction lru or fifo, --capacity) above flash
+    /// (--disk-policy, --disk-eviction); the report adds hit ratio per tier and the bytes
+    /// written to flash per byte served.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes, value_name = "SIZE")]
+    disk_capacity: Vec<u64>,
+    /// Which objects reach flash, comma-separated (with --disk-capacity).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "second-hit",
+        value_name = "POLICY"
+    )]
+    disk_policy: Vec<Policy>,
+    /// How flash evicts (with --disk-capacity): fifo (a log-structured flash cache) or another
+    /// of the exact store's online policies.
+    #[arg(long, default_value = "fifo", value_name = "EVICTION")]
+    disk_eviction: Eviction,
+    /// At most this many bytes written to flash a second of trace time (with --disk-capacity):
+    /// the writes beyond are refused and counted (flash endurance as a setting).
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    disk_write_rate: Option<u64>,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]
     json: Option<PathBuf>,
@@ -775,6 +797,21 @@ fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
     if let Some(r) = args.sample {
         opt("sample", r.to_string());
     }
+    if !args.disk_capacity.is_empty() {
+        let join = |v: Vec<String>| v.join(",");
+        opt(
+            "disk-capacity",
+            join(args.disk_capacity.iter().map(u64::to_string).collect()),
+        );
+        opt(
+            "disk-policy",
+            join(args.disk_policy.iter().map(Policy::to_string).collect()),
+        );
+        opt("disk-eviction", args.disk_eviction.to_string());
+        if let Some(r) = args.disk_write_rate {
+            opt("disk-write-rate", r.to_string());
+        }
+    }
     if args.nodes != 1 {
         opt("nodes", args.nodes.to_string());
         opt(
@@ -907,6 +944,12 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             count: args.nodes,
             capacity: args.node_capacity,
         },
+        disk: (!args.disk_capacity.is_empty()).then(|| sim::DiskOptions {
+            capacities: args.disk_capacity.clone(),
+            policies: args.disk_policy.clone(),
+            eviction: args.disk_eviction,
+            write_rate: args.disk_write_rate,
+        }),
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),

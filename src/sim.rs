@@ -1,6 +1,10 @@
 //! Offline replay: a trace through every combination of admission policy, eviction and cache
 //! size, with the admission clock driven by the trace's timestamps.
 //!
+//! Each run is one [`Lane`] (policy + store, `lane.rs`), a cluster of lanes on a consistent-hash
+//! [`Ring`] (`ring.rs`, `--nodes`), or memory above flash ([`TwoTier`], `tiers.rs`,
+//! `--disk-capacity`); `report.rs` renders the results and `plot.rs` draws them.
+//!
 //! The same [`admission`](crate::admission) code as the proxy decides every miss; the store is
 //! the exact LRU (default) or the proxy's moka store. One reader thread streams the trace in
 //! chunks to one worker per core; each worker owns some of the runs. Each run is single-threaded
@@ -15,11 +19,13 @@ mod lane;
 mod plot;
 mod report;
 mod ring;
+mod tiers;
 
 pub use lane::{Counts, Lane, Step};
 pub use plot::{plot_svg, PlotError};
 pub use report::{Answer, Pick};
 pub use ring::{NodeCapacity, NodeResult, Nodes, Ring, POINTS_PER_NODE};
+pub use tiers::{DiskOptions, DiskResult, DiskSpec, TierCounts, TwoTier};
 
 use crate::admission::{Policy, PolicyError, Settings};
 use crate::store::{Access, Eviction, StoreKind};
@@ -76,6 +82,12 @@ pub enum SimError {
     /// `--nodes 0`.
     #[error("--nodes must be at least 1")]
     NoNodes,
+    /// A memory tier above flash whose eviction cannot hand its evictions down.
+    #[error("with --disk-capacity, memory evicts by lru or fifo (the stores that hand evictions down to flash), not {0}")]
+    MemoryTierEviction(Eviction),
+    /// A flash tier asked with what it does not support.
+    #[error("--disk-capacity: {0}")]
+    Disk(String),
     /// `keep_state` (`--save-state`) with more than one node.
     #[error(
         "--save-state keeps one filter: a cluster of {0} nodes has one per node; leave out --nodes"
@@ -150,6 +162,9 @@ pub struct Options {
     /// A cluster of nodes behind a consistent-hash balancer ([`Ring`]): each run is that many
     /// caches, each key on one of them. Default: one cache.
     pub nodes: Nodes,
+    /// A flash tier below memory ([`TwoTier`]): each run is then every memory run above every
+    /// flash size and policy. Default: memory only.
+    pub disk: Option<DiskOptions>,
 }
 
 impl Default for Options {
@@ -168,6 +183,7 @@ impl Default for Options {
             auto_expected_items: false,
             sample: None,
             nodes: Nodes::default(),
+            disk: None,
         }
     }
 }
@@ -246,6 +262,43 @@ impl Options {
         if self.keep_state && self.nodes.count > 1 {
             return Err(SimError::SaveStateNeedsOneNode(self.nodes.count));
         }
+        if let Some(d) = &self.disk {
+            let refuse = |m: &str| Err(SimError::Disk(m.to_string()));
+            if d.capacities.is_empty() || d.capacities.contains(&0) {
+                return refuse("give the flash sizes, each more than 0 bytes");
+            }
+            if d.policies.is_empty() {
+                return refuse("give at least one --disk-policy");
+            }
+            if !d.eviction.is_exact() || d.eviction.needs_future() {
+                return refuse(&format!(
+                    "--disk-eviction {}: flash evicts by one of the exact store's online policies (fifo, lru, ...)",
+                    d.eviction
+                ));
+            }
+            if d.write_rate == Some(0) {
+                return refuse("--disk-write-rate must be more than 0 bytes a second");
+            }
+            if self.nodes.count > 1 {
+                return refuse("not with --nodes (one cache of two tiers)");
+            }
+            if self.store != StoreKind::Exact {
+                return refuse("memory above flash is the exact store's: leave out --store moka");
+            }
+            if self.keep_state {
+                return refuse("not with --save-state");
+            }
+            if let Some(&e) = self
+                .evictions
+                .iter()
+                .find(|e| !matches!(e, Eviction::Lru | Eviction::Fifo))
+            {
+                return Err(SimError::MemoryTierEviction(e));
+            }
+            for p in &d.policies {
+                self.settings.build(*p)?;
+            }
+        }
         Ok(())
     }
 }
@@ -263,6 +316,8 @@ pub struct RunSpec {
     pub capacity: u64,
     /// The working-set fraction it came from, if any.
     pub fraction: Option<f64>,
+    /// The flash tier below, if any.
+    pub disk: Option<DiskSpec>,
 }
 
 /// One run's figures. Ratios are fractions in [0, 1]; sizes are bytes.
@@ -320,6 +375,10 @@ pub struct RunResult {
     /// with `split` and the whole of with `each`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_node: Vec<NodeResult>,
+    /// With [`Options::disk`]: the flash tier's figures (the fields above are both tiers'
+    /// together; `admissions` are memory's writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskResult>,
 }
 
 struct Runner {
@@ -328,6 +387,8 @@ struct Runner {
     lanes: Vec<Lane>,
     /// Which node a key goes to, with more than one.
     ring: Option<Ring>,
+    /// Memory above flash, instead of the lanes.
+    tiers: Option<TwoTier>,
     busy: Duration,
     /// The trace time of the last request (the filter's "now" when its state is kept).
     last_time: Duration,
@@ -335,6 +396,22 @@ struct Runner {
 
 impl Runner {
     fn new(spec: RunSpec, settings: &Settings, nodes: &Nodes) -> Result<Runner, SimError> {
+        if let Some(disk) = spec.disk {
+            return Ok(Runner {
+                spec,
+                lanes: Vec::new(),
+                ring: None,
+                tiers: Some(TwoTier::new(
+                    spec.policy,
+                    spec.eviction,
+                    spec.capacity,
+                    disk,
+                    settings,
+                )?),
+                busy: Duration::ZERO,
+                last_time: Duration::ZERO,
+            });
+        }
         let n = nodes.count.max(1);
         let capacity = nodes.node_capacity(spec.capacity);
         let lanes = (0..n)
@@ -353,6 +430,7 @@ impl Runner {
             spec,
             lanes,
             ring: (n > 1).then(|| Ring::new(n)),
+            tiers: None,
             busy: Duration::ZERO,
             last_time: Duration::ZERO,
         })
@@ -369,6 +447,10 @@ impl Runner {
             vtime,
             next,
         };
+        if let Some(t) = self.tiers.as_mut() {
+            t.step(&access, r.time);
+            return;
+        }
         let lane = match &self.ring {
             Some(ring) => &mut self.lanes[ring.node_of(r.key)],
             None => &mut self.lanes[0],
@@ -378,6 +460,52 @@ impl Runner {
 
     fn finish(self) -> RunResult {
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        if let (Some(t), Some(disk)) = (&self.tiers, self.spec.disk) {
+            let c = t.counts();
+            let stats = t.memory_policy().stats();
+            let hits = c.memory_hits + c.disk_hits;
+            let hit_bytes = c.memory_hit_bytes + c.disk_hit_bytes;
+            return RunResult {
+                policy: self.spec.policy.to_string(),
+                eviction: self.spec.eviction.to_string(),
+                store: self.spec.store.to_string(),
+                capacity_bytes: self.spec.capacity,
+                capacity_fraction: self.spec.fraction,
+                requests: c.requests,
+                hits,
+                hit_bytes,
+                hit_ratio: ratio(hits, c.requests),
+                byte_hit_ratio: ratio(hit_bytes, c.requested_bytes),
+                admissions: c.memory_writes,
+                admitted_bytes: c.memory_write_bytes,
+                origin_bytes: c.requested_bytes - hit_bytes,
+                store_rejections: 0,
+                rotations: stats.rotations,
+                rotations_on_count: stats.rotations_on_count,
+                keys_per_window: stats.keys_per_window,
+                approx_extra_admissions: None,
+                approx_missed_admissions: None,
+                requests_per_sec: c.requests as f64 / self.busy.as_secs_f64().max(1e-9),
+                per_node: Vec::new(),
+                disk: Some(DiskResult {
+                    policy: disk.policy.to_string(),
+                    eviction: disk.eviction.to_string(),
+                    capacity_bytes: disk.capacity,
+                    write_rate: disk.write_rate,
+                    memory_hits: c.memory_hits,
+                    memory_hit_bytes: c.memory_hit_bytes,
+                    disk_hits: c.disk_hits,
+                    disk_hit_bytes: c.disk_hit_bytes,
+                    memory_hit_ratio: ratio(c.memory_hits, c.requests),
+                    disk_hit_ratio: ratio(c.disk_hits, c.requests),
+                    disk_writes: c.disk_writes,
+                    disk_write_bytes: c.disk_write_bytes,
+                    disk_refusals: c.disk_refusals,
+                    disk_evictions: c.disk_evictions,
+                    disk_write_bytes_per_served_byte: ratio(c.disk_write_bytes, c.requested_bytes),
+                }),
+            };
+        }
         let approx = self.lanes.iter().any(Lane::compares);
         let mut c = Counts::default();
         let (mut rotations, mut on_count, mut per_window) = (0, 0, 0);
@@ -418,6 +546,7 @@ impl Runner {
             approx_missed_admissions: approx.then_some(c.missed),
             requests_per_sec: c.requests as f64 / self.busy.as_secs_f64().max(1e-9),
             per_node,
+            disk: None,
         }
     }
 }
@@ -595,13 +724,31 @@ pub fn run(
     for &(capacity, fraction) in &capacities {
         for &eviction in &options.evictions {
             for &policy in &options.policies {
-                specs.push(RunSpec {
+                let spec = RunSpec {
                     policy,
                     eviction,
                     store: options.store,
                     capacity,
                     fraction,
-                });
+                    disk: None,
+                };
+                let Some(d) = &options.disk else {
+                    specs.push(spec);
+                    continue;
+                };
+                for &disk_capacity in &d.capacities {
+                    for &disk_policy in &d.policies {
+                        specs.push(RunSpec {
+                            disk: Some(DiskSpec {
+                                capacity: disk_capacity,
+                                policy: disk_policy,
+                                eviction: d.eviction,
+                                write_rate: d.write_rate,
+                            }),
+                            ..spec
+                        });
+                    }
+                }
             }
         }
     }
@@ -736,9 +883,10 @@ pub fn run(
             })?;
             for (i, r) in group {
                 if options.keep_state {
-                    state = r.lanes[0]
-                        .admission()
-                        .snapshot(r.last_time, crate::state::wall_now());
+                    state = r.lanes.first().and_then(|l| {
+                        l.admission()
+                            .snapshot(r.last_time, crate::state::wall_now())
+                    });
                 }
                 done.push((i, r.finish()));
             }

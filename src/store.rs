@@ -276,6 +276,17 @@ pub trait SimStore: Send {
     fn put(&mut self, req: &Access) -> bool;
     /// Bytes stored.
     fn used_bytes(&self) -> u64;
+    /// Keeps every object this store evicts from now on, for [`take_evicted`]
+    /// (SimStore::take_evicted): a tier above another hands its evictions down. Whether this
+    /// store can (default: it cannot).
+    ///
+    /// [`take_evicted`]: SimStore::take_evicted
+    fn keep_evicted(&mut self) -> bool {
+        false
+    }
+    /// Moves the objects evicted since the last call into `out`, as (key, size), in the order
+    /// they left.
+    fn take_evicted(&mut self, _out: &mut Vec<(u128, u64)>) {}
 }
 
 /// libCacheSim's insertion rule, shared by the single-queue policies: an object larger than the

@@ -68,6 +68,7 @@ async fn live_replay_equals_the_simulation() {
                     auto_expected_items: false,
                     sample: None,
                     nodes: Default::default(),
+                    disk: None,
                 },
                 &Quiet,
             )

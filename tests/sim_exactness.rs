@@ -44,19 +44,23 @@ impl RefLru {
         }
     }
 
-    fn put(&mut self, key: u128, size: u64) {
+    /// Stores the object; returns what it evicted, oldest first.
+    fn put(&mut self, key: u128, size: u64) -> Vec<(u128, u64)> {
+        let mut evicted = Vec::new();
         if size > self.capacity {
-            return;
+            return evicted;
         }
         while self.used + size > self.capacity {
             let (_, victim) = self.by_tick.pop_first().expect("used > 0 means an entry");
             let (_, s) = self.by_key.remove(&victim).expect("indexed");
             self.used -= s;
+            evicted.push((victim, s));
         }
         self.tick += 1;
         self.by_key.insert(key, (self.tick, size));
         self.by_tick.insert(self.tick, key);
         self.used += size;
+        evicted
     }
 }
 
@@ -71,7 +75,7 @@ fn reference_hits(requests: &[Request], capacity: u64, seen_before: bool) -> u64
         if lru.get(k) {
             hits += 1;
         } else if !seen_before || seen.contains(&k) {
-            lru.put(k, r.size);
+            let _ = lru.put(k, r.size);
         }
         seen.insert(k);
     }
@@ -197,6 +201,7 @@ fn results_are_the_same_on_every_run_and_thread_count() {
         auto_expected_items: false,
         sample: None,
         nodes: Default::default(),
+        disk: None,
     };
     let strip = |r: Report| {
         r.results
@@ -375,4 +380,133 @@ fn each_node_of_a_cluster_is_one_cache_over_its_share_of_the_keys() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("2 bytes split over 3 nodes"), "{e}");
+}
+
+/// Memory (admit-all, LRU) above flash (second-hit-exact with an infinite window, FIFO), written
+/// out here from the rules in `sim::tiers`: a miss in both asks the flash policy; what it admits
+/// goes to flash when memory evicts it; a flash hit is promoted to memory and never written again.
+#[derive(Default)]
+struct RefTiers {
+    memory_hits: u64,
+    disk_hits: u64,
+    disk_writes: u64,
+}
+
+/// A byte-capacity FIFO.
+struct RefFifo {
+    capacity: u64,
+    used: u64,
+    order: std::collections::VecDeque<(u128, u64)>,
+    present: HashSet<u128>,
+}
+
+impl RefFifo {
+    /// Writes the object unless it is there or too large; whether it was written.
+    fn write(&mut self, k: u128, size: u64) -> bool {
+        if size > self.capacity || self.present.contains(&k) {
+            return false;
+        }
+        while self.used + size > self.capacity {
+            let (old, s) = self.order.pop_front().expect("used > 0 means an entry");
+            self.present.remove(&old);
+            self.used -= s;
+        }
+        self.order.push_back((k, size));
+        self.present.insert(k);
+        self.used += size;
+        true
+    }
+}
+
+fn reference_tiers(requests: &[Request], memory: u64, disk: u64) -> RefTiers {
+    let mut mem = RefLru::new(memory);
+    let mut flash = RefFifo {
+        capacity: disk,
+        used: 0,
+        order: Default::default(),
+        present: HashSet::new(),
+    };
+    let mut seen = HashSet::new();
+    let mut bound = HashSet::new();
+    let mut out = RefTiers::default();
+    for r in requests {
+        let k = r.key.raw();
+        if mem.get(k) {
+            out.memory_hits += 1;
+            continue;
+        }
+        let evicted = if flash.present.contains(&k) {
+            out.disk_hits += 1;
+            mem.put(k, r.size)
+        } else {
+            let disk_admits = !seen.insert(k);
+            let fits = r.size <= memory;
+            let evicted = mem.put(k, r.size);
+            if disk_admits && fits {
+                bound.insert(k);
+            } else if disk_admits {
+                out.disk_writes += u64::from(flash.write(k, r.size));
+            }
+            evicted
+        };
+        for (e, size) in evicted {
+            if bound.remove(&e) {
+                out.disk_writes += u64::from(flash.write(e, size));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn two_tiers_equal_a_reference_memory_above_flash() {
+    for path in traces() {
+        let requests = load(&path);
+        let ws: u64 = {
+            let mut seen = HashSet::new();
+            requests
+                .iter()
+                .filter(|r| seen.insert(r.key.raw()))
+                .map(|r| r.size)
+                .sum()
+        };
+        let (memory, disk) = ((ws / 100).max(1), (ws / 10).max(1));
+        let report = simulate(
+            &path,
+            &Options {
+                policies: vec![Policy::AdmitAll],
+                capacities: Capacities::Bytes(vec![memory]),
+                settings: Settings {
+                    window: None,
+                    ..Settings::default()
+                },
+                disk: Some(sim::DiskOptions {
+                    capacities: vec![disk],
+                    policies: vec![Policy::SecondHitExact, Policy::AdmitAll],
+                    eviction: Eviction::Fifo,
+                    write_rate: None,
+                }),
+                ..Options::default()
+            },
+        );
+        let want = reference_tiers(&requests, memory, disk);
+        let r = &report.results[0];
+        let d = r.disk.as_ref().expect("a two-tier run");
+        assert_eq!(
+            (d.memory_hits, d.disk_hits, d.disk_writes),
+            (want.memory_hits, want.disk_hits, want.disk_writes),
+            "{}",
+            path.display()
+        );
+        assert_eq!(r.hits, d.memory_hits + d.disk_hits);
+        // Second-hit keeps most objects off flash; admit-all writes every object memory evicts.
+        let all = report.results[1].disk.as_ref().expect("a two-tier run");
+        assert!(
+            d.disk_writes * 2 < all.disk_writes,
+            "{} vs {}",
+            d.disk_writes,
+            all.disk_writes
+        );
+        assert_eq!(d.memory_hits, all.memory_hits);
+    }
 }

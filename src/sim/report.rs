@@ -147,6 +147,15 @@ impl Report {
             );
         }
         let _ = writeln!(out);
+        if self.results.iter().any(|r| r.disk.is_some()) {
+            self.tiers_table(&mut out);
+            let _ = writeln!(
+                out,
+                "\nhit: both tiers; memory, flash: the share of requests each served; flash writes: objects\nwritten to flash (what memory evicted that the flash policy had admitted); per served byte: flash\nbytes written per byte sent to clients; refused: writes over --disk-write-rate.\nwall time {:.2} s",
+                self.wall_secs
+            );
+            return out;
+        }
         let _ = writeln!(
             out,
             "{:<18} {:<11} {:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>13} {:>8}",
@@ -253,6 +262,47 @@ impl Report {
             self.wall_secs
         );
         out
+    }
+
+    /// The table of two-tier runs: memory above flash.
+    fn tiers_table(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{:<11} {:<5} {:<13} {:<11} {:<13} {:>8} {:>8} {:>8} {:>9} {:>12} {:>12} {:>9} {:>9}",
+            "memory",
+            "evict",
+            "policy",
+            "flash",
+            "flash policy",
+            "hit",
+            "memory",
+            "flash",
+            "byte hit",
+            "flash writes",
+            "flash bytes",
+            "per byte",
+            "refused"
+        );
+        for r in &self.results {
+            let Some(d) = &r.disk else { continue };
+            let _ = writeln!(
+                out,
+                "{:<11} {:<5} {:<13} {:<11} {:<13} {:>7.2}% {:>7.2}% {:>7.2}% {:>8.2}% {:>12} {:>12} {:>9.3} {:>9}",
+                units::bytes(r.capacity_bytes),
+                r.eviction,
+                r.policy,
+                units::bytes(d.capacity_bytes),
+                d.policy,
+                r.hit_ratio * 100.0,
+                d.memory_hit_ratio * 100.0,
+                d.disk_hit_ratio * 100.0,
+                r.byte_hit_ratio * 100.0,
+                units::count(d.disk_writes),
+                units::bytes(d.disk_write_bytes),
+                d.disk_write_bytes_per_served_byte,
+                units::count(d.disk_refusals)
+            );
+        }
     }
 
     /// One CSV line per run, with a header.

@@ -9,6 +9,8 @@ pub struct Fifo {
     arena: Arena<()>,
     queue: Queue,
     capacity: u64,
+    /// Evicted objects, when asked to keep them.
+    evicted: Option<Vec<(u128, u64)>>,
 }
 
 impl Fifo {
@@ -19,6 +21,7 @@ impl Fifo {
             arena: Arena::default(),
             queue: Queue::default(),
             capacity,
+            evicted: None,
         }
     }
 }
@@ -29,6 +32,10 @@ impl Fifo {
         let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
             return false;
         };
+        if let Some(log) = self.evicted.as_mut() {
+            let n = self.arena.node(victim);
+            log.push((n.key, n.size));
+        }
         self.arena.forget(&mut self.index, victim);
         true
     }
@@ -62,6 +69,17 @@ impl SimStore for Fifo {
 
     fn used_bytes(&self) -> u64 {
         self.queue.bytes
+    }
+
+    fn keep_evicted(&mut self) -> bool {
+        self.evicted.get_or_insert_with(Vec::new);
+        true
+    }
+
+    fn take_evicted(&mut self, out: &mut Vec<(u128, u64)>) {
+        if let Some(log) = self.evicted.as_mut() {
+            out.append(log);
+        }
     }
 }
 

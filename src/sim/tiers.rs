@@ -1,0 +1,401 @@
+//! Two tiers: a memory cache above a flash cache, each with its own admission policy, and the
+//! flash writes as the budget (`simulate --disk-capacity`).
+//!
+//! A request is looked up in memory, then on disk; a disk hit is promoted to memory if the
+//! memory policy admits it. A miss in both asks both policies: memory stores what its policy
+//! admits; what the disk policy admits reaches disk once, when memory evicts it (or at once, if
+//! memory did not take it). An object promoted from disk is not written again. With a write
+//! rate, a token bucket of that many bytes a second of trace time (holding one second's worth)
+//! refuses the writes that would exceed it, and counts them, as CacheLib's write-rate admission
+//! keeps flash endurance a setting.
+//!
+//! Memory evicts by `lru` or `fifo` (the stores that hand their evictions down); disk by any
+//! exact eviction, `fifo` by default (a log-structured flash cache evicts whole regions in
+//! order).
+
+use super::SimError;
+use crate::admission::{Admission, Policy, Settings};
+use crate::hash::BuildFold;
+use crate::store::{self, Access, Eviction, SimStore};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// The flash tier of a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DiskSpec {
+    /// Bytes.
+    pub capacity: u64,
+    /// Which objects reach flash.
+    pub policy: Policy,
+    /// How flash evicts.
+    pub eviction: Eviction,
+    /// At most this many bytes written a second of trace time (`None`: no budget).
+    pub write_rate: Option<u64>,
+}
+
+/// What to simulate below memory (`Options::disk`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiskOptions {
+    /// Flash sizes, bytes.
+    pub capacities: Vec<u64>,
+    /// Flash admission policies.
+    pub policies: Vec<Policy>,
+    /// Flash eviction.
+    pub eviction: Eviction,
+    /// The write budget, bytes a second.
+    pub write_rate: Option<u64>,
+}
+
+/// The flash tier's figures in a run. Sizes are bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DiskResult {
+    /// Flash admission policy.
+    pub policy: String,
+    /// Flash eviction.
+    pub eviction: String,
+    /// Flash capacity.
+    pub capacity_bytes: u64,
+    /// The write budget, bytes a second, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_rate: Option<u64>,
+    /// Requests served from memory.
+    pub memory_hits: u64,
+    /// Their bytes.
+    pub memory_hit_bytes: u64,
+    /// Requests served from flash.
+    pub disk_hits: u64,
+    /// Their bytes.
+    pub disk_hit_bytes: u64,
+    /// `memory_hits / requests`.
+    pub memory_hit_ratio: f64,
+    /// `disk_hits / requests`.
+    pub disk_hit_ratio: f64,
+    /// Objects written to flash.
+    pub disk_writes: u64,
+    /// Bytes written to flash.
+    pub disk_write_bytes: u64,
+    /// Writes the budget refused.
+    pub disk_refusals: u64,
+    /// Objects flash evicted.
+    pub disk_evictions: u64,
+    /// Flash bytes written per byte served to clients: the endurance cost of the traffic.
+    pub disk_write_bytes_per_served_byte: f64,
+}
+
+/// Counts of a two-tier cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierCounts {
+    /// Requests.
+    pub requests: u64,
+    /// Their bytes.
+    pub requested_bytes: u64,
+    /// Memory hits.
+    pub memory_hits: u64,
+    /// Their bytes.
+    pub memory_hit_bytes: u64,
+    /// Disk hits.
+    pub disk_hits: u64,
+    /// Their bytes.
+    pub disk_hit_bytes: u64,
+    /// Objects written to memory (misses admitted, and promotions).
+    pub memory_writes: u64,
+    /// Their bytes.
+    pub memory_write_bytes: u64,
+    /// Objects written to flash.
+    pub disk_writes: u64,
+    /// Their bytes.
+    pub disk_write_bytes: u64,
+    /// Flash writes the budget refused.
+    pub disk_refusals: u64,
+    /// Objects flash evicted.
+    pub disk_evictions: u64,
+}
+
+/// A token bucket of bytes over trace time.
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    rate: f64,
+    tokens: f64,
+    at: Duration,
+}
+
+impl Budget {
+    fn new(rate: u64) -> Budget {
+        Budget {
+            rate: rate as f64,
+            tokens: rate as f64,
+            at: Duration::ZERO,
+        }
+    }
+
+    /// Takes `bytes` at `now` if the bucket holds them.
+    fn take(&mut self, bytes: u64, now: Duration) -> bool {
+        if now > self.at {
+            let earned = (now - self.at).as_secs_f64() * self.rate;
+            self.tokens = (self.tokens + earned).min(self.rate);
+            self.at = now;
+        }
+        if bytes as f64 <= self.tokens {
+            self.tokens -= bytes as f64;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// A memory cache above a flash cache.
+///
+/// # Example
+/// ```
+/// use secondhit::admission::{Policy, Settings};
+/// use secondhit::sim::{DiskSpec, TwoTier};
+/// use secondhit::store::{Access, Eviction};
+/// use std::time::Duration;
+///
+/// let disk = DiskSpec { capacity: 1_000, policy: Policy::SecondHitExact,
+///     eviction: Eviction::Fifo, write_rate: None };
+/// let mut c = TwoTier::new(Policy::AdmitAll, Eviction::Lru, 10, disk, &Settings::default())
+///     .unwrap();
+/// let t = Duration::ZERO;
+/// c.step(&Access::new(1, 10, 0), t); // miss: into memory; flash said not yet
+/// c.step(&Access::new(2, 10, 1), t); // evicts 1 from memory: not written to flash
+/// c.step(&Access::new(1, 10, 2), t); // miss again: flash admits it now
+/// c.step(&Access::new(3, 10, 3), t); // evicts 1: written to flash once
+/// c.step(&Access::new(1, 10, 4), t); // a flash hit
+/// assert_eq!((c.counts().disk_writes, c.counts().disk_hits), (1, 1));
+/// ```
+pub struct TwoTier {
+    memory: Box<dyn SimStore>,
+    memory_policy: Box<dyn Admission>,
+    memory_capacity: u64,
+    disk: Box<dyn SimStore>,
+    disk_policy: Box<dyn Admission>,
+    disk_capacity: u64,
+    /// Objects in memory the disk policy admitted, not yet on disk.
+    bound_for_disk: HashSet<u128, BuildFold>,
+    budget: Option<Budget>,
+    /// Scratch: what memory evicted in one step.
+    evicted: Vec<(u128, u64)>,
+    /// Scratch: what flash evicted in one write.
+    disk_evicted: Vec<(u128, u64)>,
+    counts: TierCounts,
+}
+
+impl TwoTier {
+    /// Empty tiers: `memory_policy` in front of `memory_eviction` (`lru` or `fifo`) of
+    /// `memory_capacity` bytes, above `disk`.
+    pub fn new(
+        memory_policy: Policy,
+        memory_eviction: Eviction,
+        memory_capacity: u64,
+        disk: DiskSpec,
+        settings: &Settings,
+    ) -> Result<TwoTier, SimError> {
+        let mut memory =
+            store::exact(memory_eviction, memory_capacity).ok_or(SimError::TinyLfuNeedsMoka)?;
+        if !memory.keep_evicted() {
+            return Err(SimError::MemoryTierEviction(memory_eviction));
+        }
+        let mut flash =
+            store::exact(disk.eviction, disk.capacity).ok_or(SimError::TinyLfuNeedsMoka)?;
+        // Only to count flash's evictions; a store that cannot say counts none.
+        flash.keep_evicted();
+        Ok(TwoTier {
+            memory,
+            memory_policy: settings.build(memory_policy)?,
+            memory_capacity,
+            disk: flash,
+            disk_policy: settings.build(disk.policy)?,
+            disk_capacity: disk.capacity,
+            bound_for_disk: HashSet::with_hasher(BuildFold::default()),
+            budget: disk.write_rate.map(Budget::new),
+            evicted: Vec::new(),
+            disk_evicted: Vec::new(),
+            counts: TierCounts::default(),
+        })
+    }
+
+    /// One request at `time`.
+    pub fn step(&mut self, a: &Access, time: Duration) {
+        let c = &mut self.counts;
+        c.requests += 1;
+        c.requested_bytes += a.size;
+        if self.memory.get(a) {
+            c.memory_hits += 1;
+            c.memory_hit_bytes += a.size;
+            return;
+        }
+        if self.disk.get(a) {
+            c.disk_hits += 1;
+            c.disk_hit_bytes += a.size;
+            // Promoted per the memory policy; already on flash, so never written again.
+            if self
+                .memory_policy
+                .on_miss_sized(a.key, a.size, time)
+                .is_admit()
+            {
+                self.store_in_memory(a);
+            }
+        } else {
+            let memory = self
+                .memory_policy
+                .on_miss_sized(a.key, a.size, time)
+                .is_admit();
+            let disk = self
+                .disk_policy
+                .on_miss_sized(a.key, a.size, time)
+                .is_admit();
+            let kept = memory && self.store_in_memory(a);
+            if disk && kept {
+                self.bound_for_disk.insert(a.key.raw());
+            } else if disk {
+                self.write_to_flash(a.key.raw(), a.size, a.vtime, time);
+            }
+        }
+        self.hand_down(a.vtime, time);
+    }
+
+    /// Stores `a` in memory; whether it is there.
+    fn store_in_memory(&mut self, a: &Access) -> bool {
+        if a.size > self.memory_capacity || !self.memory.put(a) {
+            return false;
+        }
+        self.counts.memory_writes += 1;
+        self.counts.memory_write_bytes += a.size;
+        true
+    }
+
+    /// Writes what memory evicted and the disk policy had admitted to flash.
+    fn hand_down(&mut self, vtime: u64, time: Duration) {
+        let mut evicted = std::mem::take(&mut self.evicted);
+        self.memory.take_evicted(&mut evicted);
+        for &(key, size) in &evicted {
+            if self.bound_for_disk.remove(&key) {
+                self.write_to_flash(key, size, vtime, time);
+            }
+        }
+        evicted.clear();
+        self.evicted = evicted;
+    }
+
+    fn write_to_flash(&mut self, key: u128, size: u64, vtime: u64, time: Duration) {
+        if size > self.disk_capacity {
+            return;
+        }
+        if let Some(b) = self.budget.as_mut() {
+            if !b.take(size, time) {
+                self.counts.disk_refusals += 1;
+                return;
+            }
+        }
+        let access = Access {
+            key: crate::KeyHash::from_raw(key),
+            id: 0,
+            size,
+            vtime,
+            next: crate::trace::convert::NEVER,
+        };
+        if !self.disk.get(&access) && self.disk.put(&access) {
+            self.counts.disk_writes += 1;
+            self.counts.disk_write_bytes += size;
+        }
+        self.disk.take_evicted(&mut self.disk_evicted);
+        self.counts.disk_evictions += self.disk_evicted.len() as u64;
+        self.disk_evicted.clear();
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> &TierCounts {
+        &self.counts
+    }
+
+    /// The memory policy.
+    pub fn memory_policy(&self) -> &dyn Admission {
+        &*self.memory_policy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiers(memory: u64, disk: u64, policy: Policy, rate: Option<u64>) -> TwoTier {
+        TwoTier::new(
+            Policy::AdmitAll,
+            Eviction::Lru,
+            memory,
+            DiskSpec {
+                capacity: disk,
+                policy,
+                eviction: Eviction::Fifo,
+                write_rate: rate,
+            },
+            &Settings {
+                window: None,
+                ..Settings::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn objects_requested_once_never_reach_flash_under_second_hit() {
+        let mut c = tiers(100, 10_000, Policy::SecondHitExact, None);
+        // 200 one-hit wonders and 10 objects requested three times, interleaved.
+        let mut v = 0;
+        for i in 0..200u64 {
+            c.step(&Access::new(1_000 + i, 10, v), Duration::ZERO);
+            v += 1;
+            if i % 20 == 0 {
+                for k in 0..10u64 {
+                    c.step(&Access::new(k, 10, v), Duration::ZERO);
+                    v += 1;
+                }
+            }
+        }
+        let n = c.counts();
+        // Only the 10 popular objects were ever written to flash, each once.
+        assert_eq!(n.disk_writes, 10);
+        let mut all = tiers(100, 10_000, Policy::AdmitAll, None);
+        let mut v = 0;
+        for i in 0..200u64 {
+            all.step(&Access::new(1_000 + i, 10, v), Duration::ZERO);
+            v += 1;
+            if i % 20 == 0 {
+                for k in 0..10u64 {
+                    all.step(&Access::new(k, 10, v), Duration::ZERO);
+                    v += 1;
+                }
+            }
+        }
+        // Admit-all writes each of the 210 objects memory evicts once (the last 10 are still in
+        // memory at the end).
+        assert_eq!(all.counts().disk_writes, 200, "{:?}", all.counts());
+        assert!(n.disk_hits > 0);
+    }
+
+    #[test]
+    fn the_write_budget_refuses_what_exceeds_it_and_counts_it() {
+        // 100 bytes a second; objects of 40 bytes evicted from a memory of 40, one a second,
+        // two per second offered: one second's worth of tokens (100) takes two, then half.
+        let mut c = tiers(40, 1 << 20, Policy::AdmitAll, Some(100));
+        let mut v = 0;
+        for s in 0..100u64 {
+            for j in 0..4u64 {
+                c.step(
+                    &Access::new(s * 4 + j, 40, v),
+                    Duration::from_millis(s * 1000 + j * 250),
+                );
+                v += 1;
+            }
+        }
+        let n = c.counts();
+        // 100 seconds at 100 bytes a second, plus the first second's tokens.
+        assert!(n.disk_write_bytes <= 100 * 100 + 100, "{n:?}");
+        assert!(n.disk_write_bytes >= 100 * 80, "{n:?}");
+        assert_eq!(n.disk_writes + n.disk_refusals, 399, "{n:?}"); // the last stays in memory
+        assert!(n.disk_refusals > 100);
+    }
+}
