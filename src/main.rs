@@ -295,9 +295,9 @@ struct SimulateArgs {
     #[arg(long, default_value = "split", value_name = "split|each")]
     node_capacity: sim::NodeCapacity,
     /// A flash tier below memory, of these sizes (comma-separated, bytes or with a unit): each
-    /// run becomes memory (--policy, --eviction lru or fifo, --capacity) above flash
-    /// (--disk-policy, --disk-eviction); the report adds hit ratio per tier and the bytes
-    /// written to flash per byte served.
+    /// run becomes memory (--policy, --eviction lru or fifo, --capacity or --capacity-fraction)
+    /// above flash (--disk-policy, --disk-eviction); the report gives the hit ratio per tier
+    /// and the bytes written to flash per byte served.
     #[arg(long, value_delimiter = ',', value_parser = parse_bytes, value_name = "SIZE")]
     disk_capacity: Vec<u64>,
     /// Which objects reach flash, comma-separated (with --disk-capacity).
@@ -305,16 +305,23 @@ struct SimulateArgs {
         long,
         value_delimiter = ',',
         default_value = "second-hit",
-        value_name = "POLICY"
+        value_name = "POLICY",
+        requires = "disk_capacity"
     )]
     disk_policy: Vec<Policy>,
-    /// How flash evicts (with --disk-capacity): fifo (a log-structured flash cache) or another
-    /// of the exact store's online policies.
-    #[arg(long, default_value = "fifo", value_name = "EVICTION")]
+    /// How flash evicts (with --disk-capacity): fifo (a log-structured flash cache), lru,
+    /// clock, sieve, s3fifo or lfu.
+    #[arg(
+        long,
+        default_value = "fifo",
+        value_name = "EVICTION",
+        requires = "disk_capacity"
+    )]
     disk_eviction: Eviction,
-    /// At most this many bytes written to flash a second of trace time (with --disk-capacity):
-    /// the writes beyond are refused and counted (flash endurance as a setting).
-    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    /// At most this many bytes written to flash a second of trace time (with --disk-capacity;
+    /// for traces whose time is the request's number, a second is a request): the writes
+    /// beyond are refused and counted (flash endurance as a setting).
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES", requires = "disk_capacity")]
     disk_write_rate: Option<u64>,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]

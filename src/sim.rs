@@ -85,8 +85,8 @@ pub enum SimError {
     /// A memory tier above flash whose eviction cannot hand its evictions down.
     #[error("with --disk-capacity, memory evicts by lru or fifo (the stores that hand evictions down to flash), not {0}")]
     MemoryTierEviction(Eviction),
-    /// A flash tier asked with what it does not support.
-    #[error("--disk-capacity: {0}")]
+    /// A flash tier asked with what it does not support (the message names the option).
+    #[error("{0}")]
     Disk(String),
     /// `keep_state` (`--save-state`) with more than one node.
     #[error(
@@ -265,28 +265,31 @@ impl Options {
         if let Some(d) = &self.disk {
             let refuse = |m: &str| Err(SimError::Disk(m.to_string()));
             if d.capacities.is_empty() || d.capacities.contains(&0) {
-                return refuse("give the flash sizes, each more than 0 bytes");
+                return refuse("--disk-capacity: give the flash sizes, each more than 0 bytes");
             }
             if d.policies.is_empty() {
-                return refuse("give at least one --disk-policy");
+                return refuse("--disk-policy: give at least one");
             }
-            if !d.eviction.is_exact() || d.eviction.needs_future() {
+            if !tiers::FLASH_EVICTIONS.contains(&d.eviction) {
                 return refuse(&format!(
-                    "--disk-eviction {}: flash evicts by one of the exact store's online policies (fifo, lru, ...)",
-                    d.eviction
+                    "--disk-eviction {}: flash evicts by {}",
+                    d.eviction,
+                    tiers::FLASH_EVICTIONS.map(|e| e.as_str()).join(", ")
                 ));
             }
             if d.write_rate == Some(0) {
                 return refuse("--disk-write-rate must be more than 0 bytes a second");
             }
             if self.nodes.count > 1 {
-                return refuse("not with --nodes (one cache of two tiers)");
+                return refuse("--disk-capacity: not with --nodes (one cache of two tiers)");
             }
             if self.store != StoreKind::Exact {
-                return refuse("memory above flash is the exact store's: leave out --store moka");
+                return refuse(
+                    "--disk-capacity: memory above flash is the exact store's: leave out --store moka",
+                );
             }
             if self.keep_state {
-                return refuse("not with --save-state");
+                return refuse("--disk-capacity: not with --save-state");
             }
             if let Some(&e) = self
                 .evictions
@@ -296,7 +299,9 @@ impl Options {
                 return Err(SimError::MemoryTierEviction(e));
             }
             for p in &d.policies {
-                self.settings.build(*p)?;
+                self.settings
+                    .build(*p)
+                    .map_err(|e| SimError::Disk(format!("--disk-policy {p}: {e}")))?;
             }
         }
         Ok(())
@@ -501,7 +506,7 @@ impl Runner {
                     disk_writes: c.disk_writes,
                     disk_write_bytes: c.disk_write_bytes,
                     disk_refusals: c.disk_refusals,
-                    disk_evictions: c.disk_evictions,
+                    disk_evictions: t.counts_evictions().then_some(c.disk_evictions),
                     disk_write_bytes_per_served_byte: ratio(c.disk_write_bytes, c.requested_bytes),
                 }),
             };
@@ -720,6 +725,21 @@ pub fn run(
             nodes: options.nodes.count,
         });
     }
+    // A sampled trace's flash is as much smaller, and so is its write budget.
+    let disk = match (options.disk.clone(), rate) {
+        (Some(mut d), Some(rate)) => {
+            for c in &mut d.capacities {
+                let scaled = (*c as f64 * rate) as u64;
+                if scaled == 0 {
+                    return Err(SimError::SampledToNothing { capacity: *c, rate });
+                }
+                *c = scaled;
+            }
+            d.write_rate = d.write_rate.map(|w| ((w as f64 * rate) as u64).max(1));
+            Some(d)
+        }
+        (d, _) => d,
+    };
     let mut specs = Vec::new();
     for &(capacity, fraction) in &capacities {
         for &eviction in &options.evictions {
@@ -732,7 +752,7 @@ pub fn run(
                     fraction,
                     disk: None,
                 };
-                let Some(d) = &options.disk else {
+                let Some(d) = &disk else {
                     specs.push(spec);
                     continue;
                 };

@@ -66,6 +66,11 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
+    if report.results.iter().any(|r| r.disk.is_some()) {
+        return Err(fail(
+            &"two-tier runs (--disk-capacity) are not plotted yet: use the table, --json or --csv",
+        ));
+    }
     let mut series: Vec<(String, Vec<Point>)> = Vec::new();
     for r in &report.results {
         let name = format!("{} ({})", r.policy, r.eviction);

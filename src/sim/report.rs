@@ -54,7 +54,8 @@ impl Report {
     /// The answers per cache size, in the order sizes first appear.
     pub fn answers(&self) -> Vec<Answer> {
         let mut sizes: Vec<u64> = Vec::new();
-        for r in &self.results {
+        // Two-tier runs are not memory pairs: their table says what they are.
+        for r in self.results.iter().filter(|r| r.disk.is_none()) {
             if !sizes.contains(&r.capacity_bytes) {
                 sizes.push(r.capacity_bytes);
             }
@@ -65,6 +66,7 @@ impl Report {
                 let at: Vec<&RunResult> = self
                     .results
                     .iter()
+                    .filter(|r| r.disk.is_none())
                     .filter(|r| r.capacity_bytes == c && !is_bound(r))
                     .collect();
                 let best = |f: &dyn Fn(&RunResult) -> f64| {
@@ -151,7 +153,7 @@ impl Report {
             self.tiers_table(&mut out);
             let _ = writeln!(
                 out,
-                "\nhit: both tiers; memory, flash: the share of requests each served; flash writes: objects\nwritten to flash (what memory evicted that the flash policy had admitted); per served byte: flash\nbytes written per byte sent to clients; refused: writes over --disk-write-rate.\nwall time {:.2} s",
+                "\nhit: both tiers; memory, flash: the share of requests each served; flash writes: objects\nwritten to flash (what the flash policy admitted, when memory evicted it or, if memory did not\ntake it, at once); per byte: flash bytes written per byte sent to clients; refused: writes over\n--disk-write-rate.\nwall time {:.2} s",
                 self.wall_secs
             );
             return out;
@@ -308,13 +310,13 @@ impl Report {
     /// One CSV line per run, with a header.
     pub fn to_csv(&self) -> String {
         let mut out = String::from(
-            "trace,policy,eviction,store,capacity_bytes,capacity_fraction,requests,hits,hit_bytes,hit_ratio,byte_hit_ratio,admissions,admitted_bytes,origin_bytes,store_rejections,rotations,approx_extra_admissions,approx_missed_admissions,requests_per_sec\n",
+            "trace,policy,eviction,store,capacity_bytes,capacity_fraction,requests,hits,hit_bytes,hit_ratio,byte_hit_ratio,admissions,admitted_bytes,origin_bytes,store_rejections,rotations,approx_extra_admissions,approx_missed_admissions,requests_per_sec,disk_policy,disk_eviction,disk_capacity_bytes,disk_hits,disk_writes,disk_write_bytes,disk_refusals\n",
         );
         let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
         for r in &self.results {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0},{}",
                 csv_field(&self.trace),
                 r.policy,
                 r.eviction,
@@ -335,7 +337,20 @@ impl Report {
                 r.rotations,
                 opt(r.approx_extra_admissions),
                 opt(r.approx_missed_admissions),
-                r.requests_per_sec
+                r.requests_per_sec,
+                match &r.disk {
+                    Some(d) => format!(
+                        "{},{},{},{},{},{},{}",
+                        d.policy,
+                        d.eviction,
+                        d.capacity_bytes,
+                        d.disk_hits,
+                        d.disk_writes,
+                        d.disk_write_bytes,
+                        d.disk_refusals
+                    ),
+                    None => ",,,,,,".to_string(),
+                }
             );
         }
         out

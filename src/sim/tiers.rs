@@ -9,9 +9,10 @@
 //! refuses the writes that would exceed it, and counts them, as CacheLib's write-rate admission
 //! keeps flash endurance a setting.
 //!
-//! Memory evicts by `lru` or `fifo` (the stores that hand their evictions down); disk by any
-//! exact eviction, `fifo` by default (a log-structured flash cache evicts whole regions in
-//! order).
+//! Memory evicts by `lru` or `fifo` (the stores that hand their evictions down); flash by
+//! [`FLASH_EVICTIONS`], `fifo` by default (a log-structured flash cache evicts whole regions in
+//! order). A write larger than the budget's bucket is let through when the bucket is full (the
+//! bucket then owes it), so no object is kept off flash by its size alone.
 
 use super::SimError;
 use crate::admission::{Admission, Policy, Settings};
@@ -20,6 +21,18 @@ use crate::store::{self, Access, Eviction, SimStore};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::time::Duration;
+
+/// The evictions a flash tier may use: those that key on the object alone (ARC's ghosts and
+/// W-TinyLFU's sketch follow each request's own position and id, which a write handed down
+/// from memory does not have).
+pub const FLASH_EVICTIONS: [Eviction; 6] = [
+    Eviction::Fifo,
+    Eviction::Lru,
+    Eviction::Clock,
+    Eviction::Sieve,
+    Eviction::S3Fifo,
+    Eviction::Lfu,
+];
 
 /// The flash tier of a run.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,8 +90,9 @@ pub struct DiskResult {
     pub disk_write_bytes: u64,
     /// Writes the budget refused.
     pub disk_refusals: u64,
-    /// Objects flash evicted.
-    pub disk_evictions: u64,
+    /// Objects flash evicted (`None`: its eviction does not count them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_evictions: Option<u64>,
     /// Flash bytes written per byte served to clients: the endurance cost of the traffic.
     pub disk_write_bytes_per_served_byte: f64,
 }
@@ -129,15 +143,17 @@ impl Budget {
         }
     }
 
-    /// Takes `bytes` at `now` if the bucket holds them.
+    /// Takes `bytes` at `now` if the bucket holds them, or if it is full (an object larger than
+    /// one second's worth then leaves the bucket owing). Time that goes back earns nothing.
     fn take(&mut self, bytes: u64, now: Duration) -> bool {
         if now > self.at {
             let earned = (now - self.at).as_secs_f64() * self.rate;
             self.tokens = (self.tokens + earned).min(self.rate);
-            self.at = now;
         }
-        if bytes as f64 <= self.tokens {
-            self.tokens -= bytes as f64;
+        self.at = now;
+        let bytes = bytes as f64;
+        if bytes <= self.tokens || self.tokens >= self.rate {
+            self.tokens -= bytes;
             true
         } else {
             false
@@ -176,6 +192,8 @@ pub struct TwoTier {
     /// Objects in memory the disk policy admitted, not yet on disk.
     bound_for_disk: HashSet<u128, BuildFold>,
     budget: Option<Budget>,
+    /// Whether flash's store counts its evictions.
+    counts_evictions: bool,
     /// Scratch: what memory evicted in one step.
     evicted: Vec<(u128, u64)>,
     /// Scratch: what flash evicted in one write.
@@ -198,16 +216,26 @@ impl TwoTier {
         if !memory.keep_evicted() {
             return Err(SimError::MemoryTierEviction(memory_eviction));
         }
+        if !FLASH_EVICTIONS.contains(&disk.eviction) {
+            return Err(SimError::Disk(format!(
+                "--disk-eviction {}: flash evicts by {}",
+                disk.eviction,
+                FLASH_EVICTIONS.map(|e| e.as_str()).join(", ")
+            )));
+        }
         let mut flash =
             store::exact(disk.eviction, disk.capacity).ok_or(SimError::TinyLfuNeedsMoka)?;
-        // Only to count flash's evictions; a store that cannot say counts none.
-        flash.keep_evicted();
+        // Only to count flash's evictions.
+        let counts_evictions = flash.keep_evicted();
         Ok(TwoTier {
             memory,
             memory_policy: settings.build(memory_policy)?,
             memory_capacity,
             disk: flash,
-            disk_policy: settings.build(disk.policy)?,
+            disk_policy: settings
+                .build(disk.policy)
+                .map_err(|e| SimError::Disk(format!("--disk-policy {}: {e}", disk.policy)))?,
+            counts_evictions,
             disk_capacity: disk.capacity,
             bound_for_disk: HashSet::with_hasher(BuildFold::default()),
             budget: disk.write_rate.map(Budget::new),
@@ -297,6 +325,8 @@ impl TwoTier {
             vtime,
             next: crate::trace::convert::NEVER,
         };
+        // Never on flash here (a flash hit is promoted, never handed down again); the lookup is
+        // the store's contract before a put.
         if !self.disk.get(&access) && self.disk.put(&access) {
             self.counts.disk_writes += 1;
             self.counts.disk_write_bytes += size;
@@ -309,6 +339,11 @@ impl TwoTier {
     /// The counts so far.
     pub fn counts(&self) -> &TierCounts {
         &self.counts
+    }
+
+    /// Whether [`TierCounts::disk_evictions`] is counted (flash's store says what it evicts).
+    pub fn counts_evictions(&self) -> bool {
+        self.counts_evictions
     }
 
     /// The memory policy.
