@@ -465,62 +465,50 @@ impl Runner {
 
     fn finish(self) -> RunResult {
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-        if let (Some(t), Some(disk)) = (&self.tiers, self.spec.disk) {
-            let c = t.counts();
-            let stats = t.memory_policy().stats();
-            let hits = c.memory_hits + c.disk_hits;
-            let hit_bytes = c.memory_hit_bytes + c.disk_hit_bytes;
-            return RunResult {
-                policy: self.spec.policy.to_string(),
-                eviction: self.spec.eviction.to_string(),
-                store: self.spec.store.to_string(),
-                capacity_bytes: self.spec.capacity,
-                capacity_fraction: self.spec.fraction,
-                requests: c.requests,
-                hits,
-                hit_bytes,
-                hit_ratio: ratio(hits, c.requests),
-                byte_hit_ratio: ratio(hit_bytes, c.requested_bytes),
-                admissions: c.memory_writes,
-                admitted_bytes: c.memory_write_bytes,
-                origin_bytes: c.requested_bytes - hit_bytes,
-                store_rejections: 0,
-                rotations: stats.rotations,
-                rotations_on_count: stats.rotations_on_count,
-                keys_per_window: stats.keys_per_window,
-                approx_extra_admissions: None,
-                approx_missed_admissions: None,
-                requests_per_sec: c.requests as f64 / self.busy.as_secs_f64().max(1e-9),
-                per_node: Vec::new(),
-                disk: Some(DiskResult {
-                    policy: disk.policy.to_string(),
-                    eviction: disk.eviction.to_string(),
-                    capacity_bytes: disk.capacity,
-                    write_rate: disk.write_rate,
-                    memory_hits: c.memory_hits,
-                    memory_hit_bytes: c.memory_hit_bytes,
-                    disk_hits: c.disk_hits,
-                    disk_hit_bytes: c.disk_hit_bytes,
-                    memory_hit_ratio: ratio(c.memory_hits, c.requests),
-                    disk_hit_ratio: ratio(c.disk_hits, c.requests),
-                    disk_writes: c.disk_writes,
-                    disk_write_bytes: c.disk_write_bytes,
-                    disk_refusals: c.disk_refusals,
-                    disk_evictions: t.counts_evictions().then_some(c.disk_evictions),
-                    disk_write_bytes_per_served_byte: ratio(c.disk_write_bytes, c.requested_bytes),
-                }),
-            };
-        }
-        let approx = self.lanes.iter().any(Lane::compares);
+        // Both kinds of run come down to one set of totals and the policies' rotation figures.
         let mut c = Counts::default();
         let (mut rotations, mut on_count, mut per_window) = (0, 0, 0);
-        for lane in &self.lanes {
-            c.add(lane.counts());
-            let stats = lane.admission().stats();
+        let mut add_stats = |stats: crate::admission::Stats| {
             rotations += stats.rotations;
             on_count += stats.rotations_on_count;
             per_window = per_window.max(stats.keys_per_window);
+        };
+        let mut disk = None;
+        if let (Some(t), Some(spec)) = (&self.tiers, self.spec.disk) {
+            let tc = t.counts();
+            c = Counts {
+                requests: tc.requests,
+                requested_bytes: tc.requested_bytes,
+                hits: tc.memory_hits + tc.disk_hits,
+                hit_bytes: tc.memory_hit_bytes + tc.disk_hit_bytes,
+                admissions: tc.memory_writes,
+                admitted_bytes: tc.memory_write_bytes,
+                ..Counts::default()
+            };
+            add_stats(t.memory_policy().stats());
+            disk = Some(DiskResult {
+                policy: spec.policy.to_string(),
+                eviction: spec.eviction.to_string(),
+                capacity_bytes: spec.capacity,
+                write_rate: spec.write_rate,
+                memory_hits: tc.memory_hits,
+                memory_hit_bytes: tc.memory_hit_bytes,
+                disk_hits: tc.disk_hits,
+                disk_hit_bytes: tc.disk_hit_bytes,
+                memory_hit_ratio: ratio(tc.memory_hits, tc.requests),
+                disk_hit_ratio: ratio(tc.disk_hits, tc.requests),
+                disk_writes: tc.disk_writes,
+                disk_write_bytes: tc.disk_write_bytes,
+                disk_refusals: tc.disk_refusals,
+                disk_evictions: t.counts_evictions().then_some(tc.disk_evictions),
+                disk_write_bytes_per_served_byte: ratio(tc.disk_write_bytes, tc.requested_bytes),
+            });
         }
+        for lane in &self.lanes {
+            c.add(lane.counts());
+            add_stats(lane.admission().stats());
+        }
+        let approx = self.lanes.iter().any(Lane::compares);
         let per_node = if self.lanes.len() > 1 {
             self.lanes
                 .iter()
@@ -551,7 +539,7 @@ impl Runner {
             approx_missed_admissions: approx.then_some(c.missed),
             requests_per_sec: c.requests as f64 / self.busy.as_secs_f64().max(1e-9),
             per_node,
-            disk: None,
+            disk,
         }
     }
 }
