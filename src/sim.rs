@@ -83,7 +83,7 @@ pub enum SimError {
     #[error("--nodes must be at least 1")]
     NoNodes,
     /// A memory tier above flash whose eviction cannot hand its evictions down.
-    #[error("with --disk-capacity, memory evicts by lru or fifo (the stores that hand evictions down to flash), not {0}")]
+    #[error("with --disk-capacity, memory evicts by lru or fifo (or --store moka: lru, tinylfu), the stores that hand evictions down to flash, not {0}")]
     MemoryTierEviction(Eviction),
     /// A flash tier asked with what it does not support (the message names the option).
     #[error("{0}")]
@@ -283,19 +283,12 @@ impl Options {
             if self.nodes.count > 1 {
                 return refuse("--disk-capacity: not with --nodes (one cache of two tiers)");
             }
-            if self.store != StoreKind::Exact {
-                return refuse(
-                    "--disk-capacity: memory above flash is the exact store's: leave out --store moka",
-                );
-            }
             if self.keep_state {
                 return refuse("--disk-capacity: not with --save-state");
             }
-            if let Some(&e) = self
-                .evictions
-                .iter()
-                .find(|e| !matches!(e, Eviction::Lru | Eviction::Fifo))
-            {
+            if let Some(&e) = self.evictions.iter().find(|e| {
+                self.store == StoreKind::Exact && !matches!(e, Eviction::Lru | Eviction::Fifo)
+            }) {
                 return Err(SimError::MemoryTierEviction(e));
             }
             for p in &d.policies {
@@ -409,6 +402,7 @@ impl Runner {
                 tiers: Some(TwoTier::new(
                     spec.policy,
                     spec.eviction,
+                    spec.store,
                     spec.capacity,
                     disk,
                     settings,

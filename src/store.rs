@@ -48,6 +48,7 @@ use moka::sync::{Cache, CacheBuilder};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// An eviction policy, as on the command line. `lru` and `tinylfu` are moka's (the proxy's
 /// store, and the simulator's `--store moka`); the others exist in the simulator's exact store
@@ -391,17 +392,40 @@ where
 pub struct MokaStore {
     store: Maintained<u128, u64, BuildFold>,
     capacity: u64,
+    /// What moka evicted for size, once asked to keep it ([`SimStore::keep_evicted`]): moka's
+    /// eviction listener runs in the maintenance that follows every write.
+    evicted: Arc<EvictionLog>,
+}
+
+/// Evictions a moka listener records while `on`.
+#[derive(Default)]
+struct EvictionLog {
+    on: std::sync::atomic::AtomicBool,
+    items: std::sync::Mutex<Vec<(u128, u64)>>,
 }
 
 impl MokaStore {
     /// An empty store of `capacity` bytes with `eviction`.
     pub fn new(capacity: u64, eviction: Eviction) -> Self {
+        let evicted = Arc::new(EvictionLog::default());
+        let log = Arc::clone(&evicted);
         let cache = moka_builder::<u128, u64>(capacity, eviction)
             .weigher(|_, size: &u64| u32::try_from(*size).unwrap_or(u32::MAX))
+            .eviction_listener(move |key: Arc<u128>, size: u64, cause| {
+                if cause == moka::notification::RemovalCause::Size
+                    && log.on.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    log.items
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((*key, size));
+                }
+            })
             .build_with_hasher(BuildFold::default());
         MokaStore {
             store: Maintained::new(cache, true),
             capacity,
+            evicted,
         }
     }
 }
@@ -421,6 +445,17 @@ impl SimStore for MokaStore {
 
     fn used_bytes(&self) -> u64 {
         self.store.cache().weighted_size()
+    }
+
+    fn keep_evicted(&mut self) -> bool {
+        self.evicted
+            .on
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+
+    fn take_evicted(&mut self, out: &mut Vec<(u128, u64)>) {
+        out.append(&mut self.evicted.items.lock().unwrap_or_else(|p| p.into_inner()));
     }
 }
 

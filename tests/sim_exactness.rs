@@ -485,52 +485,57 @@ fn two_tiers_equal_a_reference_memory_above_flash() {
                 .sum()
         };
         let (memory, disk) = ((ws / 100).max(1), (ws / 10).max(1));
-        let report = simulate(
-            &path,
-            &Options {
-                policies: vec![Policy::AdmitAll],
-                capacities: Capacities::Bytes(vec![memory]),
-                settings: Settings {
-                    window: None,
-                    ..Settings::default()
+        // moka's LRU (the proxy's memory tier), maintained as the simulator does, hands down
+        // the same evictions as the exact LRU.
+        for store in [StoreKind::Exact, StoreKind::Moka] {
+            let report = simulate(
+                &path,
+                &Options {
+                    policies: vec![Policy::AdmitAll],
+                    store,
+                    capacities: Capacities::Bytes(vec![memory]),
+                    settings: Settings {
+                        window: None,
+                        ..Settings::default()
+                    },
+                    disk: Some(sim::DiskOptions {
+                        capacities: vec![disk],
+                        policies: vec![Policy::SecondHitExact, Policy::AdmitAll],
+                        eviction: Eviction::Fifo,
+                        write_rate: None,
+                    }),
+                    ..Options::default()
                 },
-                disk: Some(sim::DiskOptions {
-                    capacities: vec![disk],
-                    policies: vec![Policy::SecondHitExact, Policy::AdmitAll],
-                    eviction: Eviction::Fifo,
-                    write_rate: None,
-                }),
-                ..Options::default()
-            },
-        );
-        for (r, second_hit) in report.results.iter().zip([true, false]) {
-            let want = reference_tiers(&requests, memory, disk, second_hit);
-            let d = r.disk.as_ref().expect("a two-tier run");
-            let got = RefTiers {
-                memory_hits: d.memory_hits,
-                memory_hit_bytes: d.memory_hit_bytes,
-                disk_hits: d.disk_hits,
-                disk_hit_bytes: d.disk_hit_bytes,
-                disk_writes: d.disk_writes,
-                disk_write_bytes: d.disk_write_bytes,
-            };
-            assert_eq!(got, want, "{} {}", path.display(), d.policy);
-            assert_eq!(r.hits, d.memory_hits + d.disk_hits);
-            // FIFO flash counts its evictions; admit-all overfills it.
-            assert!(
-                d.disk_evictions.is_some_and(|n| second_hit || n > 0),
-                "{d:?}"
             );
+            for (r, second_hit) in report.results.iter().zip([true, false]) {
+                let want = reference_tiers(&requests, memory, disk, second_hit);
+                let d = r.disk.as_ref().expect("a two-tier run");
+                let got = RefTiers {
+                    memory_hits: d.memory_hits,
+                    memory_hit_bytes: d.memory_hit_bytes,
+                    disk_hits: d.disk_hits,
+                    disk_hit_bytes: d.disk_hit_bytes,
+                    disk_writes: d.disk_writes,
+                    disk_write_bytes: d.disk_write_bytes,
+                };
+                assert_eq!(got, want, "{} {store} {}", path.display(), d.policy);
+                assert_eq!(r.hits, d.memory_hits + d.disk_hits);
+                // FIFO flash counts its evictions; admit-all overfills it.
+                assert!(
+                    d.disk_evictions.is_some_and(|n| second_hit || n > 0),
+                    "{d:?}"
+                );
+            }
+            let d = report.results[0].disk.as_ref().expect("a two-tier run");
+            // Second-hit keeps most objects off flash; admit-all writes every object memory evicts.
+            let all = report.results[1].disk.as_ref().expect("a two-tier run");
+            assert!(
+                d.disk_writes * 2 < all.disk_writes,
+                "{} vs {}",
+                d.disk_writes,
+                all.disk_writes
+            );
+            assert_eq!(d.memory_hits, all.memory_hits);
         }
-        let d = report.results[0].disk.as_ref().expect("a two-tier run");
-        // Second-hit keeps most objects off flash; admit-all writes every object memory evicts.
-        let all = report.results[1].disk.as_ref().expect("a two-tier run");
-        assert!(
-            d.disk_writes * 2 < all.disk_writes,
-            "{} vs {}",
-            d.disk_writes,
-            all.disk_writes
-        );
-        assert_eq!(d.memory_hits, all.memory_hits);
     }
 }

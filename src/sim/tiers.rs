@@ -9,7 +9,8 @@
 //! refuses the writes that would exceed it, and counts them, as CacheLib's write-rate admission
 //! keeps flash endurance a setting.
 //!
-//! Memory evicts by `lru` or `fifo` (the stores that hand their evictions down); flash by
+//! Memory evicts by the exact store's `lru` or `fifo`, or moka's `lru` or `tinylfu` (`--store
+//! moka`, the proxy's memory tier): the stores that hand their evictions down; flash by
 //! [`FLASH_EVICTIONS`], `fifo` by default (a log-structured flash cache evicts whole regions in
 //! order). A write larger than the budget's bucket is let through when the bucket is full (the
 //! bucket then owes it), so no object is kept off flash by its size alone.
@@ -17,7 +18,7 @@
 use super::SimError;
 use crate::admission::{Admission, Policy, Settings};
 use crate::hash::BuildFold;
-use crate::store::{self, Access, Eviction, SimStore};
+use crate::store::{self, Access, Eviction, MokaStore, SimStore, StoreKind};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -167,13 +168,13 @@ impl Budget {
 /// ```
 /// use secondhit::admission::{Policy, Settings};
 /// use secondhit::sim::{DiskSpec, TwoTier};
-/// use secondhit::store::{Access, Eviction};
+/// use secondhit::store::{Access, Eviction, StoreKind};
 /// use std::time::Duration;
 ///
 /// let disk = DiskSpec { capacity: 1_000, policy: Policy::SecondHitExact,
 ///     eviction: Eviction::Fifo, write_rate: None };
-/// let mut c = TwoTier::new(Policy::AdmitAll, Eviction::Lru, 10, disk, &Settings::default())
-///     .unwrap();
+/// let mut c = TwoTier::new(Policy::AdmitAll, Eviction::Lru, StoreKind::Exact, 10, disk,
+///     &Settings::default()).unwrap();
 /// let t = Duration::ZERO;
 /// c.step(&Access::new(1, 10, 0), t); // miss: into memory; flash said not yet
 /// c.step(&Access::new(2, 10, 1), t); // evicts 1 from memory: not written to flash
@@ -202,17 +203,23 @@ pub struct TwoTier {
 }
 
 impl TwoTier {
-    /// Empty tiers: `memory_policy` in front of `memory_eviction` (`lru` or `fifo`) of
-    /// `memory_capacity` bytes, above `disk`.
+    /// Empty tiers: `memory_policy` in front of `memory_eviction` of `memory_capacity` bytes in
+    /// `memory_store` (the exact store's `lru` or `fifo`, or moka's `lru` or `tinylfu`, the
+    /// proxy's), above `disk`.
     pub fn new(
         memory_policy: Policy,
         memory_eviction: Eviction,
+        memory_store: StoreKind,
         memory_capacity: u64,
         disk: DiskSpec,
         settings: &Settings,
     ) -> Result<TwoTier, SimError> {
-        let mut memory =
-            store::exact(memory_eviction, memory_capacity).ok_or(SimError::TinyLfuNeedsMoka)?;
+        let mut memory: Box<dyn SimStore> = match memory_store {
+            StoreKind::Exact => {
+                store::exact(memory_eviction, memory_capacity).ok_or(SimError::TinyLfuNeedsMoka)?
+            }
+            StoreKind::Moka => Box::new(MokaStore::new(memory_capacity, memory_eviction)),
+        };
         if !memory.keep_evicted() {
             return Err(SimError::MemoryTierEviction(memory_eviction));
         }
@@ -360,6 +367,7 @@ mod tests {
         TwoTier::new(
             Policy::AdmitAll,
             Eviction::Lru,
+            StoreKind::Exact,
             memory,
             DiskSpec {
                 capacity: disk,
