@@ -998,18 +998,25 @@ fn write_simulation(args: &SimulateArgs, report: &sim::Report) -> anyhow::Result
 /// brought, and the `--expected-items` that would fit it.
 fn undersized_filters(report: &sim::Report) -> Vec<String> {
     use secondhit::units;
-    let mut worst: Vec<(&str, u64, u64)> = Vec::new();
-    for r in report
-        .results
-        .iter()
-        .filter(|r| r.rotations_on_count > 0 && r.keys_per_window > 0)
-    {
-        match worst.iter_mut().find(|(p, _, _)| *p == r.policy) {
+    let mut worst: Vec<(String, u64, u64)> = Vec::new();
+    // Each memory policy, and each flash policy of a two-tier run.
+    let filters = report.results.iter().flat_map(|r| {
+        let flash = r.disk.as_ref().map(|d| {
+            (
+                format!("flash {}", d.policy),
+                d.rotations_on_count,
+                d.keys_per_window,
+            )
+        });
+        std::iter::once((r.policy.clone(), r.rotations_on_count, r.keys_per_window)).chain(flash)
+    });
+    for (policy, on_count, keys) in filters.filter(|(_, n, k)| *n > 0 && *k > 0) {
+        match worst.iter_mut().find(|(p, _, _)| *p == policy) {
             Some(w) => {
-                w.1 += r.rotations_on_count;
-                w.2 = w.2.max(r.keys_per_window);
+                w.1 += on_count;
+                w.2 = w.2.max(keys);
             }
-            None => worst.push((&r.policy, r.rotations_on_count, r.keys_per_window)),
+            None => worst.push((policy, on_count, keys)),
         }
     }
     worst

@@ -480,7 +480,10 @@ impl Runner {
                 ..Counts::default()
             };
             add_stats(t.memory_policy().stats());
+            let flash = t.disk_policy().stats();
             disk = Some(DiskResult {
+                rotations_on_count: flash.rotations_on_count,
+                keys_per_window: flash.keys_per_window,
                 policy: spec.policy.to_string(),
                 eviction: spec.eviction.to_string(),
                 capacity_bytes: spec.capacity,

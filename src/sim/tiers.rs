@@ -96,6 +96,12 @@ pub struct DiskResult {
     pub disk_evictions: Option<u64>,
     /// Flash bytes written per byte served to clients: the endurance cost of the traffic.
     pub disk_write_bytes_per_served_byte: f64,
+    /// The flash policy's rotations because a generation filled before its window ended.
+    #[serde(default)]
+    pub rotations_on_count: u64,
+    /// At those, the most distinct keys a window would hold at the pace seen.
+    #[serde(default)]
+    pub keys_per_window: u64,
 }
 
 /// Counts of a two-tier cache.
@@ -356,6 +362,11 @@ impl TwoTier {
     /// The memory policy.
     pub fn memory_policy(&self) -> &dyn Admission {
         &*self.memory_policy
+    }
+
+    /// The flash policy.
+    pub fn disk_policy(&self) -> &dyn Admission {
+        &*self.disk_policy
     }
 }
 
