@@ -66,6 +66,25 @@ impl Queue {
     }
 }
 
+/// The objects a store evicted, kept once asked ([`SimStore::keep_evicted`]
+/// (super::SimStore::keep_evicted)): what a memory tier hands down to flash.
+#[derive(Debug, Default)]
+pub(crate) struct EvictionLog(Option<Vec<(u128, u64)>>);
+
+impl EvictionLog {
+    /// Keeps evictions from now on.
+    pub(crate) fn keep(&mut self) {
+        self.0.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves what was kept into `out`.
+    pub(crate) fn take(&mut self, out: &mut Vec<(u128, u64)>) {
+        if let Some(log) = self.0.as_mut() {
+            out.append(log);
+        }
+    }
+}
+
 /// Slots of objects; freed slots are reused before the arena grows.
 #[derive(Debug)]
 pub(crate) struct Arena<T> {
@@ -198,6 +217,25 @@ impl<T: Copy> Arena<T> {
             self.unlink(q, i);
             self.push_head(q, i);
         }
+    }
+
+    /// Evicts the oldest object of `q` from the store (its slot and its `index` entry), noting it
+    /// in `log`; false if `q` is empty. The whole of LRU's and FIFO's eviction.
+    pub(crate) fn evict_tail(
+        &mut self,
+        q: &mut Queue,
+        index: &mut Index,
+        log: &mut EvictionLog,
+    ) -> bool {
+        let Some(victim) = self.pop_tail(q) else {
+            return false;
+        };
+        if let Some(log) = log.0.as_mut() {
+            let n = self.node(victim);
+            log.push((n.key, n.size));
+        }
+        self.forget(index, victim);
+        true
     }
 
     /// Takes `q`'s oldest object off it and returns its slot.

@@ -1,6 +1,6 @@
 //! FIFO (libCacheSim's `FIFO`): objects leave in the order they came; a hit changes nothing.
 
-use super::arena::{self, Arena, Index, Queue};
+use super::arena::{self, Arena, EvictionLog, Index, Queue};
 use super::{Access, SimStore};
 
 /// First in, first out, by bytes.
@@ -10,7 +10,7 @@ pub struct Fifo {
     queue: Queue,
     capacity: u64,
     /// Evicted objects, when asked to keep them.
-    evicted: Option<Vec<(u128, u64)>>,
+    evicted: EvictionLog,
 }
 
 impl Fifo {
@@ -21,7 +21,7 @@ impl Fifo {
             arena: Arena::default(),
             queue: Queue::default(),
             capacity,
-            evicted: None,
+            evicted: EvictionLog::default(),
         }
     }
 }
@@ -29,15 +29,8 @@ impl Fifo {
 impl Fifo {
     /// Evicts the oldest object; false if there is none.
     fn evict(&mut self) -> bool {
-        let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
-            return false;
-        };
-        if let Some(log) = self.evicted.as_mut() {
-            let n = self.arena.node(victim);
-            log.push((n.key, n.size));
-        }
-        self.arena.forget(&mut self.index, victim);
-        true
+        self.arena
+            .evict_tail(&mut self.queue, &mut self.index, &mut self.evicted)
     }
 }
 
@@ -72,14 +65,12 @@ impl SimStore for Fifo {
     }
 
     fn keep_evicted(&mut self) -> bool {
-        self.evicted.get_or_insert_with(Vec::new);
+        self.evicted.keep();
         true
     }
 
     fn take_evicted(&mut self, out: &mut Vec<(u128, u64)>) {
-        if let Some(log) = self.evicted.as_mut() {
-            out.append(log);
-        }
+        self.evicted.take(out);
     }
 }
 

@@ -1,7 +1,7 @@
 //! The exact byte-capacity LRU (libCacheSim's `LRU`): a hit moves the object to the head; the
 //! victim is the tail, the least recently used.
 
-use super::arena::{self, Arena, Index, Queue};
+use super::arena::{self, Arena, EvictionLog, Index, Queue};
 use super::{Access, SimStore};
 
 /// An exact LRU with byte capacity: evicts least recently used objects until the new one fits.
@@ -12,7 +12,7 @@ pub struct ExactLru {
     queue: Queue,
     capacity: u64,
     /// Evicted objects, when asked to keep them.
-    evicted: Option<Vec<(u128, u64)>>,
+    evicted: EvictionLog,
 }
 
 impl ExactLru {
@@ -23,7 +23,7 @@ impl ExactLru {
             arena: Arena::default(),
             queue: Queue::default(),
             capacity,
-            evicted: None,
+            evicted: EvictionLog::default(),
         }
     }
 
@@ -34,15 +34,8 @@ impl ExactLru {
 
     /// Evicts the least recently used object; false if there is none.
     fn evict(&mut self) -> bool {
-        let Some(victim) = self.arena.pop_tail(&mut self.queue) else {
-            return false;
-        };
-        if let Some(log) = self.evicted.as_mut() {
-            let n = self.arena.node(victim);
-            log.push((n.key, n.size));
-        }
-        self.arena.forget(&mut self.index, victim);
-        true
+        self.arena
+            .evict_tail(&mut self.queue, &mut self.index, &mut self.evicted)
     }
 
     /// Whether nothing is stored.
@@ -89,14 +82,12 @@ impl SimStore for ExactLru {
     }
 
     fn keep_evicted(&mut self) -> bool {
-        self.evicted.get_or_insert_with(Vec::new);
+        self.evicted.keep();
         true
     }
 
     fn take_evicted(&mut self, out: &mut Vec<(u128, u64)>) {
-        if let Some(log) = self.evicted.as_mut() {
-            out.append(log);
-        }
+        self.evicted.take(out);
     }
 }
 
