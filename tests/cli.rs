@@ -721,3 +721,76 @@ fn simulate_refuses_evictions_its_store_lacks_and_runs_all() {
     );
     assert!((v["answers"][0]["belady_hit_ratio"].as_f64().unwrap() - 0.3142).abs() < 1e-4);
 }
+
+/// Two-tier runs: flags need --disk-capacity, bad flash evictions are named, and a merge of a
+/// flash sweep with a memory-only one shows both tables, each row against its own baseline.
+#[test]
+fn two_tier_runs_report_per_tier_and_merge_beside_memory_runs() {
+    let out = run(&["simulate", "--disk-policy", "admit-all"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--disk-capacity"));
+    let out = run(&[
+        "simulate",
+        "--disk-capacity",
+        "1MiB",
+        "--disk-eviction",
+        "arc",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--disk-eviction arc"));
+    let dir = std::env::temp_dir().join(format!("secondhit-cli-tiers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+    let flash = run(&[
+        "simulate",
+        "--policy",
+        "admit-all",
+        "--capacity",
+        "4MiB",
+        "--disk-capacity",
+        "32MiB",
+        "--json",
+        a.to_str().unwrap(),
+    ]);
+    assert!(
+        flash.status.success(),
+        "{}",
+        String::from_utf8_lossy(&flash.stderr)
+    );
+    let text = String::from_utf8_lossy(&flash.stdout);
+    assert!(
+        text.contains("flash policy") && text.contains("second-hit"),
+        "{text}"
+    );
+    let memory = run(&[
+        "simulate",
+        "--policy",
+        "admit-all,second-hit",
+        "--capacity",
+        "4MiB",
+        "--json",
+        b.to_str().unwrap(),
+    ]);
+    assert!(memory.status.success());
+    let merged = run(&[
+        "simulate",
+        "--merge",
+        a.to_str().unwrap(),
+        "--merge",
+        b.to_str().unwrap(),
+    ]);
+    assert!(
+        merged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+    let text = String::from_utf8_lossy(&merged.stdout);
+    assert!(text.contains("memory only:"), "{text}");
+    // second-hit's row is set against the memory-only admit-all, not the two-tier one.
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&b).unwrap()).unwrap();
+    let hit = |i: usize| json["results"][i]["hit_ratio"].as_f64().unwrap();
+    let pp = format!("{:+.2} pp", (hit(1) - hit(0)) * 100.0);
+    assert!(text.contains(&pp), "{pp} in {text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -95,16 +95,26 @@ impl Report {
     /// The `belady` run with admit-all at `capacity`, if the sweep has one.
     fn belady(&self, capacity: u64) -> Option<&RunResult> {
         self.results.iter().find(|b| {
-            b.eviction == "belady" && b.policy == "admit-all" && b.capacity_bytes == capacity
+            b.eviction == "belady"
+                && b.policy == "admit-all"
+                && b.capacity_bytes == capacity
+                && b.disk.is_none()
         })
     }
 
-    /// The `admit-all` result with the same capacity and eviction, the baseline of a row.
+    /// The `admit-all` result with the same capacity and eviction (and the same flash, if
+    /// any), the baseline of a row.
     fn baseline(&self, r: &RunResult) -> Option<&RunResult> {
+        let flash = |x: &RunResult| {
+            x.disk
+                .as_ref()
+                .map(|d| (d.capacity_bytes, d.eviction.clone()))
+        };
         self.results.iter().find(|b| {
             b.policy == "admit-all"
                 && b.capacity_bytes == r.capacity_bytes
                 && b.eviction == r.eviction
+                && flash(b) == flash(r)
         })
     }
 
@@ -153,10 +163,14 @@ impl Report {
             self.tiers_table(&mut out);
             let _ = writeln!(
                 out,
-                "\nhit: both tiers; memory, flash: the share of requests each served; flash writes: objects\nwritten to flash (what the flash policy admitted, when memory evicted it or, if memory did not\ntake it, at once); per byte: flash bytes written per byte sent to clients; refused: writes over\n--disk-write-rate.\nwall time {:.2} s",
-                self.wall_secs
+                "\nhit: both tiers; memory, flash: the share of requests each served; flash writes: objects\nwritten to flash (what the flash policy admitted, when memory evicted it or, if memory did not\ntake it, at once); per byte: flash bytes written per byte sent to clients; refused: writes over\n--disk-write-rate."
             );
-            return out;
+            // Memory-only runs merged with two-tier ones (`--merge`) follow in their own table.
+            if self.results.iter().all(|r| r.disk.is_some()) {
+                let _ = writeln!(out, "wall time {:.2} s", self.wall_secs);
+                return out;
+            }
+            let _ = writeln!(out, "\nmemory only:");
         }
         let _ = writeln!(
             out,
@@ -176,7 +190,7 @@ impl Report {
         );
         // Traces without sizes count every request as 1 byte: their capacity is in objects.
         let sizeless = s.requested_bytes == s.requests;
-        for r in &self.results {
+        for r in self.results.iter().filter(|r| r.disk.is_none()) {
             let size = if sizeless {
                 format!("{} obj", units::count(r.capacity_bytes))
             } else {
