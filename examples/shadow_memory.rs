@@ -23,17 +23,6 @@ fn rss_bytes() -> u64 {
 
 const OBJECTS: u64 = 1_000_000;
 
-const EVICTIONS: [Eviction; 8] = [
-    Eviction::Lru,
-    Eviction::Fifo,
-    Eviction::Clock,
-    Eviction::Sieve,
-    Eviction::S3Fifo,
-    Eviction::Arc,
-    Eviction::WTinyLfu,
-    Eviction::Lfu,
-];
-
 /// One eviction, in this process: prints its row.
 fn measure(eviction: Eviction) {
     let store = if eviction.is_exact() {
@@ -89,7 +78,8 @@ fn main() {
             return;
         }
     };
-    for e in EVICTIONS.iter().chain(&[Eviction::TinyLfu]) {
+    // Every store a shadow may use: all but Belady's, which need the future.
+    for e in Eviction::ALL.iter().filter(|e| !e.needs_future()) {
         let _ = std::process::Command::new(&me).arg(e.to_string()).status();
     }
 }
