@@ -23,7 +23,7 @@
 # usage: scripts/bench-proxy.sh   (installs nginx and wrk from Debian if missing)
 #        BASELINE=path/to/older/secondhit scripts/bench-proxy.sh
 #          also runs an older build in the same run (to show what a change costs)
-#        ACCESS_LOG=1 BASELINE=target/release/secondhit scripts/bench-proxy.sh
+#        ACCESS_LOG=1 BASELINE=target/production/secondhit scripts/bench-proxy.sh
 #          nginx and secondhit write access logs to files (the baseline does not): what
 #          logging every request costs, in the same run
 #        ACCESS_LOG=1 BASELINE_LOG=1 BASELINE=... scripts/bench-proxy.sh
@@ -37,7 +37,7 @@ cd "$(dirname "$0")/.."
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
   apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
 }
-cargo build --release --quiet
+cargo build --profile production --quiet  # LTO: what to deploy (Cargo.toml)
 DURATION=${DURATION:-8}
 SCENARIOS=${SCENARIOS:-hit_1k hit_16k_x1000 hit_1m hit_1k_c1000 miss_1k fill_1k}
 ulimit -n 65536 2>/dev/null || true
@@ -103,12 +103,12 @@ http {
 NGINX
 nginx -p "$dir" -c "$dir/origin.conf"
 nginx -p "$dir" -c "$dir/cache.conf"
-target/release/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
+target/production/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
   --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"
 if [ -n "${LAB:-}" ]; then
-  BASELINE=${BASELINE:-target/release/secondhit}
+  BASELINE=${BASELINE:-target/production/secondhit}
 fi
 if [ -n "${BASELINE:-}" ]; then
   BASELINE_ARGS=()

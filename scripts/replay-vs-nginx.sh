@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 requests=${1:-30000}
 concurrency=${2:-8}
 command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq nginx >/dev/null; }
-cargo build --release --quiet
-bin=target/release/secondhit
+cargo build --profile production --quiet  # LTO: what to deploy (Cargo.toml)
+bin=target/production/secondhit
 dir=$(mktemp -d)
 chmod 755 "$dir"
 mkdir -p "$dir/cache" "$dir/logs"; chmod 777 "$dir/cache"

@@ -244,6 +244,10 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// A file holding the admin token (its first line), instead of `admin_token`.
     pub admin_token_file: Option<std::path::PathBuf>,
+    /// Threads serving the public listeners, each with its own event loop and its own pool of
+    /// origin connections, so that a request, its origin connection and its timers stay on one
+    /// thread (as nginx's worker processes do). 0: one per core.
+    pub workers: usize,
     /// Shadow policies and recording.
     pub lab: LabConfig,
 }
@@ -265,6 +269,7 @@ impl Default for Config {
             state_snapshot_interval: Duration::from_secs(60),
             admin_token: None,
             admin_token_file: None,
+            workers: 0,
             lab: LabConfig::default(),
         }
     }
@@ -829,6 +834,10 @@ pub struct Overrides {
     /// URLs), rotated at lab.record_max_bytes; `secondhit simulate --trace FILE` reads it.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Threads serving the public listeners, each with its own event loop and origin pool
+    /// (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
 }
 
 /// A window flag: `None` never rotates on time.
@@ -865,6 +874,17 @@ impl std::ops::Deref for ValidConfig {
 }
 
 impl Config {
+    /// The most `workers` there may be.
+    pub const MAX_WORKERS: usize = 1024;
+
+    /// The threads serving the public listeners: `workers`, or one per core when it is 0.
+    pub fn worker_threads(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
     /// Reads a TOML file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -893,6 +913,9 @@ impl Config {
         }
         if let Some(v) = o.admin_listen {
             self.admin_listen = v;
+        }
+        if let Some(v) = o.workers {
+            self.workers = v;
         }
         if let Some(v) = o.origin {
             self.origin = Some(v);
@@ -964,6 +987,16 @@ impl Config {
             return Err(invalid(
                 "admin_listen",
                 format!("{} is also the public listener", self.admin_listen),
+            ));
+        }
+        if self.workers > Config::MAX_WORKERS {
+            return Err(invalid(
+                "workers",
+                format!(
+                    "{} is more than {} threads (0 is one per core)",
+                    self.workers,
+                    Config::MAX_WORKERS
+                ),
             ));
         }
         let c = &self.cache;

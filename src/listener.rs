@@ -44,13 +44,89 @@ pub async fn serve<H, Fut>(
     builder: auto::Builder<TokioExecutor>,
     tls: Option<TlsAcceptor>,
     limits: Limits,
-    mut stopped: watch::Receiver<bool>,
+    stopped: watch::Receiver<bool>,
     handler: H,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    serve_with_slots(listener, slots, builder, tls, limits, stopped, handler).await;
+}
+
+/// Serves `listener` as [`serve`] does on `workers` threads of their own, each with a
+/// single-threaded event loop accepting from the same socket, so that a connection, the tasks
+/// it spawns and the timers it sets stay on the thread that accepted it (no wake-ups across
+/// threads; the kernel hands each connection to whichever thread is waiting). Thread `i` is
+/// marked [`crate::origin::set_worker`]`(i)` for its own origin pool. The connection limit is
+/// shared. Each returned task ends when its thread has stopped serving (after `stopped` and
+/// the grace period).
+pub fn serve_on_threads<H, Fut>(
+    listener: TcpListener,
+    workers: usize,
+    builder: auto::Builder<TokioExecutor>,
+    tls: Option<TlsAcceptor>,
+    limits: Limits,
+    stopped: watch::Receiver<bool>,
+    handler: H,
+) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>>
+where
+    H: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    // Taken off this runtime's reactor; each thread registers its copy with its own.
+    let socket = listener.into_std()?;
+    let addr = socket.local_addr()?;
+    let mut done = Vec::with_capacity(workers);
+    for i in 0..workers.max(1) {
+        let socket = socket.try_clone()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (slots, builder, tls, stopped, handler) = (
+            Arc::clone(&slots),
+            builder.clone(),
+            tls.clone(),
+            stopped.clone(),
+            handler.clone(),
+        );
+        let (finished, finish) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("secondhit-w{i}"))
+            .spawn(move || {
+                crate::origin::set_worker(i);
+                runtime.block_on(async move {
+                    match TcpListener::from_std(socket) {
+                        Ok(l) => {
+                            serve_with_slots(l, slots, builder, tls, limits, stopped, handler).await
+                        }
+                        Err(e) => tracing::error!(%addr, error = %e, "worker {i} cannot listen"),
+                    }
+                });
+                // Tasks still running (background revalidations) end with the runtime.
+                drop(runtime);
+                let _ = finished.send(());
+            })?;
+        done.push(tokio::spawn(async move {
+            let _ = finish.await;
+        }));
+    }
+    Ok(done)
+}
+
+async fn serve_with_slots<H, Fut>(
+    listener: TcpListener,
+    slots: Arc<Semaphore>,
+    builder: auto::Builder<TokioExecutor>,
+    tls: Option<TlsAcceptor>,
+    limits: Limits,
+    mut stopped: watch::Receiver<bool>,
+    handler: H,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
     let graceful = GracefulShutdown::new();
     loop {
         let permit = tokio::select! {

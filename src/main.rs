@@ -571,7 +571,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    runtime()?.block_on(async move {
+    // The public listeners have worker threads of their own (`workers`); this runtime has the
+    // admin listener, reloads and snapshots.
+    let control = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("secondhit-control")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    control.block_on(async move {
         let clock = std::sync::Arc::new(secondhit::clock::SystemClock::new());
         let running = secondhit::server::start_with_source(config, clock, source).await?;
         eprintln!(

@@ -55,11 +55,23 @@ impl OriginError {
     }
 }
 
-/// The configured origins and a pooled client to them.
+/// The configured origins and a pooled client to them for each worker thread.
 pub struct Origins {
     default: Option<OriginUrl>,
     hosts: HashMap<String, OriginUrl>,
-    client: OriginClient,
+    clients: Box<[OriginClient]>,
+}
+
+thread_local! {
+    /// Which worker thread this is (see [`set_worker`]); 0 elsewhere.
+    static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks this thread as worker `index`: its origin requests go through that worker's pool, whose
+/// connections' tasks run on this thread's event loop, so a request and its origin connection
+/// never wake each other across threads.
+pub fn set_worker(index: usize) {
+    WORKER.with(|w| w.set(index));
 }
 
 impl Origins {
@@ -90,15 +102,19 @@ impl Origins {
         } else {
             builder.wrap_connector(http)
         };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(config.timeouts.origin_idle)
-            .pool_timer(TokioTimer::new())
-            .http1_max_buf_size(config.limits.max_origin_header_bytes)
-            .build(connector);
+        let clients = (0..config.worker_threads())
+            .map(|_| {
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(config.timeouts.origin_idle)
+                    .pool_timer(TokioTimer::new())
+                    .http1_max_buf_size(config.limits.max_origin_header_bytes)
+                    .build(connector.clone())
+            })
+            .collect();
         Ok(Origins {
             default: config.origin.clone(),
             hosts,
-            client,
+            clients,
         })
     }
 
@@ -119,9 +135,10 @@ impl Origins {
         self.default.as_ref()
     }
 
-    /// The pooled client.
+    /// The pooled client of this thread's worker (the first one off the worker threads).
     pub fn client(&self) -> &OriginClient {
-        &self.client
+        let i = WORKER.with(|w| w.get());
+        &self.clients[i % self.clients.len()]
     }
 }
 

@@ -165,6 +165,7 @@ fn restart_notes(old: &ValidConfig, new: &ValidConfig) -> Vec<String> {
         }
     };
     check(old.listen != new.listen, "listen");
+    check(old.workers != new.workers, "workers");
     check(old.admin_listen != new.admin_listen, "admin_listen");
     check(
         old.tls.plain_listen != new.tls.plain_listen,
@@ -262,32 +263,28 @@ pub async fn start_with_source(
         grace: config.timeouts.shutdown_grace,
     };
     let secure = tls.is_some();
-    let p = Arc::clone(&proxy);
-    let mut tasks = vec![tokio::spawn(listener::serve(
-        public,
-        builder.clone(),
-        tls,
-        limits,
-        stopped.clone(),
-        move |req, peer: SocketAddr| {
-            let p = Arc::clone(&p);
-            async move { p.handle(req, peer.ip(), secure).await }
-        },
-    ))];
-    let plain_addr = plain.as_ref().map(|(_, a)| *a);
-    if let Some((plain, _)) = plain {
+    let workers = config.worker_threads();
+    let on_threads = |listener, tls: Option<TlsAcceptor>, addr: SocketAddr| {
         let p = Arc::clone(&proxy);
-        tasks.push(tokio::spawn(listener::serve(
-            plain,
-            builder,
-            None,
+        let secure = tls.is_some();
+        listener::serve_on_threads(
+            listener,
+            workers,
+            builder.clone(),
+            tls,
             limits,
             stopped.clone(),
             move |req, peer: SocketAddr| {
                 let p = Arc::clone(&p);
-                async move { p.handle(req, peer.ip(), false).await }
+                async move { p.handle(req, peer.ip(), secure).await }
             },
-        )));
+        )
+        .map_err(|source| ServeError::Bind { addr, source })
+    };
+    let mut tasks = on_threads(public, tls, addr)?;
+    let plain_addr = plain.as_ref().map(|(_, a)| *a);
+    if let Some((plain, a)) = plain {
+        tasks.extend(on_threads(plain, None, a)?);
     }
     let p = Arc::clone(&proxy);
     let admin_limits = listener::Limits {

@@ -108,7 +108,8 @@ async fn slow_loris_is_cut_off_after_the_header_timeout() {
 #[tokio::test]
 async fn connections_beyond_the_limit_wait_for_a_free_slot() {
     let o = origin::start().await;
-    let (p, _) = start(&o.url(), "[limits]\nmax_connections = 2").await;
+    // Three worker threads share the limit: none of them may serve a third connection.
+    let (p, _) = start(&o.url(), "workers = 3\n[limits]\nmax_connections = 2").await;
     // Two idle keep-alive connections take both slots.
     let a = tokio::net::TcpStream::connect(p.addr).await.unwrap();
     let b = tokio::net::TcpStream::connect(p.addr).await.unwrap();

@@ -144,12 +144,13 @@ async fn what_a_reload_cannot_change_is_said() {
     let p = start(&file).await;
     file.write(&config_text(
         &o.url(),
-        "[admission]\npolicy = \"nth-hit:3\"\n[limits]\nmax_connections = 10",
+        "workers = 5\n[admission]\npolicy = \"nth-hit:3\"\n[limits]\nmax_connections = 10",
     ));
     let (s, body) = admin(p.admin_addr, "/reload", true).await;
     assert_eq!(s, StatusCode::OK);
     assert!(body.contains("another policy needs a restart"), "{body}");
     assert!(body.contains("limits.max_connections changed"), "{body}");
+    assert!(body.contains("workers changed"), "{body}");
     // The policy stayed second-hit: a second request admits.
     let c = Http::new(p.addr);
     assert_eq!(c.get("/cache/p").await.x_cache(), "DEFERRED");
