@@ -133,12 +133,16 @@ pub fn request_plan(method: &Method, headers: &HeaderMap, bypass_cookies: bool) 
 /// The cache key of a request: method class (`GET` for GET and HEAD), scheme, authority
 /// (lower-case) and path with query.
 pub fn cache_key(scheme: &str, authority: &str, path_and_query: &str) -> String {
-    format!(
-        "GET {}://{}{}",
-        scheme,
-        authority.to_ascii_lowercase(),
-        path_and_query
-    )
+    let mut key =
+        String::with_capacity(4 + scheme.len() + 3 + authority.len() + path_and_query.len());
+    key.push_str("GET ");
+    key.push_str(scheme);
+    key.push_str("://");
+    let from = key.len();
+    key.push_str(authority);
+    key[from..].make_ascii_lowercase();
+    key.push_str(path_and_query);
+    key
 }
 
 /// Whether a conditional request is answered by the stored response with 304 (RFC 9110
@@ -239,29 +243,35 @@ pub const DEFAULT_FORWARDED_REQUEST_HEADERS: [&str; 17] = [
 /// Hop-by-hop headers (RFC 9110 §7.6.1), removed in both directions, plus any field the
 /// `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names present (most messages carry one of these at most, usually
+    // `Connection: keep-alive`), instead of a hashed lookup for every name that could be.
+    let fixed = |n: &HeaderName| {
+        n == header::CONNECTION
+            || n == header::PROXY_AUTHENTICATE
+            || n == header::PROXY_AUTHORIZATION
+            || n == header::TE
+            || n == header::TRAILER
+            || n == header::TRANSFER_ENCODING
+            || n == header::UPGRADE
+            || n.as_str() == "keep-alive"
+            || n.as_str() == "proxy-connection"
+    };
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|s| s.split(','))
         .filter_map(|f| HeaderName::from_bytes(f.trim().as_bytes()).ok())
+        .filter(|n| !fixed(n))
         .collect();
-    for name in named {
+    let gone: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| fixed(n) || named.contains(n))
+        .cloned()
+        .collect();
+    for name in gone {
         headers.remove(name);
     }
-    for name in [
-        header::CONNECTION,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
 }
 
 /// Header maps for the rules' unit tests.
@@ -380,5 +390,30 @@ mod tests {
         strip_hop_by_hop(&mut m);
         assert_eq!(m.len(), 1);
         assert!(m.contains_key("content-type"));
+        // Every fixed one, repeated ones, and a named one in a second Connection field.
+        let mut m = h(&[
+            ("connection", "close"),
+            ("connection", "X-Two"),
+            ("x-two", "2"),
+            ("x-two", "2b"),
+            ("proxy-authenticate", "Basic"),
+            ("proxy-authorization", "Basic x"),
+            ("proxy-connection", "keep-alive"),
+            ("trailer", "x-t"),
+            ("upgrade", "h2c"),
+            ("etag", "\"1\""),
+            ("etag", "\"2\""),
+        ]);
+        strip_hop_by_hop(&mut m);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m.get_all("etag").iter().count(), 2);
+    }
+
+    #[test]
+    fn cache_keys_lower_case_the_authority_only() {
+        assert_eq!(
+            cache_key("https", "IMG.Example:8443", "/A?B=C"),
+            "GET https://img.example:8443/A?B=C"
+        );
     }
 }
