@@ -67,7 +67,10 @@
 //!   failure kinds.
 //! - [`server`]: the public and admin listeners and the admin endpoints.
 //! - [`listener`]: the one accept loop (connection limit, first-byte timeout, HTTP/1.1 and h2c,
-//!   graceful shutdown) every server here uses.
+//!   graceful shutdown) every server here uses, on the caller's runtime or on worker threads of
+//!   their own.
+//! - [`disk`]: the flash tier under the memory store, on foyer's block engine: our encoding of a
+//!   stored response, the write budget, recovery after a restart.
 //! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a
 //!   byte budget (backpressure).
 //! - [`access_log`]: one line per request (combined or JSON) to stderr or a file, written off
@@ -89,6 +92,7 @@ pub mod access_log;
 pub mod body;
 pub mod config;
 pub mod demo;
+pub mod disk;
 pub mod http_cache;
 pub mod lab;
 pub mod listener;

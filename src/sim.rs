@@ -25,7 +25,7 @@ pub use lane::{Counts, Lane, Step};
 pub use plot::{plot_svg, PlotError};
 pub use report::{Answer, Pick};
 pub use ring::{NodeCapacity, NodeResult, Nodes, Ring, POINTS_PER_NODE};
-pub use tiers::{DiskOptions, DiskResult, DiskSpec, TierCounts, TwoTier};
+pub use tiers::{DiskOptions, DiskResult, DiskSpec, TierCounts, TwoTier, WriteBudget};
 
 use crate::admission::{Policy, PolicyError, Settings};
 use crate::store::{Access, Eviction, StoreKind};

@@ -133,17 +133,19 @@ pub struct TierCounts {
     pub disk_evictions: u64,
 }
 
-/// A token bucket of bytes over trace time.
+/// A token bucket of bytes over time (trace time here, the proxy's clock in the live flash
+/// tier): the write budget of a flash tier.
 #[derive(Clone, Copy, Debug)]
-struct Budget {
+pub struct WriteBudget {
     rate: f64,
     tokens: f64,
     at: Duration,
 }
 
-impl Budget {
-    fn new(rate: u64) -> Budget {
-        Budget {
+impl WriteBudget {
+    /// A bucket of `rate` bytes a second, holding one second's worth, full at time zero.
+    pub fn new(rate: u64) -> WriteBudget {
+        WriteBudget {
             rate: rate as f64,
             tokens: rate as f64,
             at: Duration::ZERO,
@@ -152,7 +154,7 @@ impl Budget {
 
     /// Takes `bytes` at `now` if the bucket holds them, or if it is full (an object larger than
     /// one second's worth then leaves the bucket owing). Time that goes back earns nothing.
-    fn take(&mut self, bytes: u64, now: Duration) -> bool {
+    pub fn take(&mut self, bytes: u64, now: Duration) -> bool {
         if now > self.at {
             let earned = (now - self.at).as_secs_f64() * self.rate;
             self.tokens = (self.tokens + earned).min(self.rate);
@@ -198,7 +200,7 @@ pub struct TwoTier {
     disk_capacity: u64,
     /// Objects in memory the disk policy admitted, not yet on disk.
     bound_for_disk: HashSet<u128, BuildFold>,
-    budget: Option<Budget>,
+    budget: Option<WriteBudget>,
     /// Whether flash's store counts its evictions.
     counts_evictions: bool,
     /// Scratch: what memory evicted in one step.
@@ -251,7 +253,7 @@ impl TwoTier {
             counts_evictions,
             disk_capacity: disk.capacity,
             bound_for_disk: HashSet::with_hasher(BuildFold::default()),
-            budget: disk.write_rate.map(Budget::new),
+            budget: disk.write_rate.map(WriteBudget::new),
             evicted: Vec::new(),
             disk_evicted: Vec::new(),
             counts: TierCounts::default(),

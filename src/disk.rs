@@ -1,0 +1,605 @@
+//! The flash tier under the memory store (`[cache.disk]`): stored responses in a local
+//! directory, on foyer's block engine.
+//!
+//! Why foyer (0.22): it is the storage engine made for this (RisingWave's hybrid cache): large
+//! blocks written sequentially (16 MiB by default, one file each), whole blocks evicted in FIFO
+//! order (so flash sees no random writes and no write amplification from compaction), an
+//! xxh64 checksum on every entry checked on every read (a corrupt entry is a miss, never served,
+//! and its index entry is dropped), and the index recovered by scanning the blocks at start.
+//! One file per object (cacache) would cost a file system operation per object; key-value stores
+//! (fjall, redb, sled) rewrite data to compact and do not evict to a fixed size.
+//!
+//! What foyer is used for: its disk engine only. Its memory tier is switched off (every insert is
+//! a "phantom"), the memory tier is the proxy's moka store, and what reaches the disk is our
+//! decision: [`DiskTier::write`] refuses what the write budget ([`WriteBudget`], the simulator's
+//! token bucket) cannot pay for, and counts it, so that flash endurance is a setting.
+//!
+//! The on-disk value is our own versioned encoding of a [`CachedObject`] ([`FORMAT`]); a value of
+//! another version, or one that does not decode, is a miss.
+
+use crate::proxy::cached::{CachedObject, StoredHeaders};
+use crate::sim::WriteBudget;
+use bytes::Bytes;
+use foyer::{
+    BlockEngineConfig, Code, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
+    HybridCachePolicy, PsyncIoEngineConfig, RecoverMode,
+};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The version of the encoding of a stored response on disk.
+pub const FORMAT: u8 = 1;
+
+/// Where and how large the flash tier is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiskSettings {
+    /// The directory (created if missing).
+    pub dir: PathBuf,
+    /// Bytes of disk it may use.
+    pub capacity: u64,
+    /// Bytes a block (a region written and evicted as one).
+    pub block_size: u64,
+    /// At most this many bytes written a second (`None`: no budget).
+    pub max_write_rate: Option<u64>,
+}
+
+/// Why the flash tier could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// The directory could not be created.
+    #[error("cache.disk.dir {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// foyer refused to open the device or recover its index.
+    #[error("cache.disk.dir {path}: {message}")]
+    Engine {
+        /// The directory.
+        path: PathBuf,
+        /// foyer's error.
+        message: String,
+    },
+}
+
+/// What [`DiskTier::write`] did with an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Queued for the disk.
+    Queued,
+    /// The write budget was spent: not written (`secondhit_disk_refusals_total`).
+    Refused,
+    /// Larger than a block can hold: not written.
+    TooLarge,
+}
+
+/// The flash tier's counters (what `/metrics` shows as `secondhit_disk_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskFigures {
+    /// Lookups answered from disk.
+    pub hits: u64,
+    /// Lookups the disk did not have (or had corrupt).
+    pub misses: u64,
+    /// Objects queued for the disk.
+    pub writes: u64,
+    /// Their encoded bytes.
+    pub write_bytes: u64,
+    /// Writes the budget refused.
+    pub refusals: u64,
+    /// Reads that failed (an I/O error or a value that did not decode): served as misses.
+    pub errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    writes: AtomicU64,
+    write_bytes: AtomicU64,
+    refusals: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// A stored response as foyer stores it.
+#[derive(Clone, Debug)]
+pub struct DiskObject(pub Arc<CachedObject>);
+
+/// The flash tier.
+pub struct DiskTier {
+    cache: HybridCache<String, DiskObject>,
+    budget: Option<Mutex<WriteBudget>>,
+    max_object: u64,
+    counters: Counters,
+    read_latency: Mutex<hdrhistogram::Histogram<u64>>,
+    settings: DiskSettings,
+}
+
+impl std::fmt::Debug for DiskTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskTier")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DiskTier {
+    /// Opens (or creates) the tier in `settings.dir`, recovering the index of what a previous
+    /// run left there; blocks that do not read back are skipped. Must run inside a tokio
+    /// runtime, whose threads then do the tier's writing and reading.
+    pub async fn open(settings: DiskSettings) -> Result<DiskTier, DiskError> {
+        let path = settings.dir.clone();
+        std::fs::create_dir_all(&path).map_err(|source| DiskError::Dir {
+            path: path.clone(),
+            source,
+        })?;
+        let engine = |e: foyer::Error| DiskError::Engine {
+            path: path.clone(),
+            message: e.to_string(),
+        };
+        let capacity = usize::try_from(settings.capacity).unwrap_or(usize::MAX);
+        let block = usize::try_from(settings.block_size).unwrap_or(usize::MAX);
+        let device = FsDeviceBuilder::new(&settings.dir)
+            .with_capacity(capacity)
+            .build()
+            .map_err(engine)?;
+        let cache = HybridCacheBuilder::new()
+            .with_name("secondhit-disk")
+            .with_policy(HybridCachePolicy::WriteOnInsertion)
+            .with_flush_on_close(true)
+            .memory(1 << 20)
+            .with_filter(|_: &String, _: &DiskObject| false)
+            .storage()
+            .with_io_engine_config(PsyncIoEngineConfig::new())
+            .with_engine_config(
+                BlockEngineConfig::new(device)
+                    .with_block_size(block)
+                    .with_buffer_pool_size(block.saturating_mul(2))
+                    .with_flushers(1)
+                    .with_tombstone_log(true),
+            )
+            .with_recover_mode(RecoverMode::Quiet)
+            .build()
+            .await
+            .map_err(engine)?;
+        let read_latency =
+            hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 2).map_err(|e| {
+                DiskError::Engine {
+                    path: path.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+        Ok(DiskTier {
+            cache,
+            budget: settings
+                .max_write_rate
+                .map(|r| Mutex::new(WriteBudget::new(r))),
+            // The block's index and the entry's header take a few KiB of each block.
+            max_object: settings.block_size.saturating_sub(64 << 10),
+            counters: Counters::default(),
+            read_latency: Mutex::new(read_latency),
+            settings,
+        })
+    }
+
+    /// The settings it was opened with.
+    pub fn settings(&self) -> &DiskSettings {
+        &self.settings
+    }
+
+    /// Queues `object` under `key` for the disk at `now` (the proxy's clock, which the write
+    /// budget runs on), unless the budget is spent or it is too large for a block.
+    pub fn write(&self, key: &str, object: &Arc<CachedObject>, now: Duration) -> Written {
+        let size = encoded_size(object) as u64;
+        if size > self.max_object {
+            return Written::TooLarge;
+        }
+        if let Some(b) = &self.budget {
+            let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
+            if !b.take(size, now) {
+                self.counters.refusals.fetch_add(1, Relaxed);
+                return Written::Refused;
+            }
+        }
+        self.cache
+            .storage_writer(key.to_owned())
+            .force()
+            .insert(DiskObject(Arc::clone(object)));
+        self.counters.writes.fetch_add(1, Relaxed);
+        self.counters.write_bytes.fetch_add(size, Relaxed);
+        Written::Queued
+    }
+
+    /// The object stored under `key`, if the disk has it whole.
+    pub async fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        let started = Instant::now();
+        let got = self.cache.get(key).await;
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        if let Ok(mut h) = self.read_latency.lock() {
+            let _ = h.record(micros.max(1));
+        }
+        match got {
+            Ok(Some(entry)) => {
+                self.counters.hits.fetch_add(1, Relaxed);
+                Some(Arc::clone(&entry.value().0))
+            }
+            Ok(None) => {
+                self.counters.misses.fetch_add(1, Relaxed);
+                None
+            }
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "disk read failed; served as a miss");
+                None
+            }
+        }
+    }
+
+    /// Forgets `key` (a purge).
+    pub fn remove(&self, key: &str) {
+        self.cache.remove(key);
+    }
+
+    /// Writes out what is queued and stops the tier's tasks.
+    pub async fn close(&self) {
+        if let Err(e) = self.cache.close().await {
+            tracing::warn!(error = %e, "closing the disk tier");
+        }
+    }
+
+    /// Bytes written to the device so far (foyer's count: blocks and their indexes).
+    pub fn device_write_bytes(&self) -> u64 {
+        self.cache.statistics().disk_write_bytes() as u64
+    }
+
+    /// The counters.
+    pub fn figures(&self) -> DiskFigures {
+        let c = &self.counters;
+        DiskFigures {
+            hits: c.hits.load(Relaxed),
+            misses: c.misses.load(Relaxed),
+            writes: c.writes.load(Relaxed),
+            write_bytes: c.write_bytes.load(Relaxed),
+            refusals: c.refusals.load(Relaxed),
+            errors: c.errors.load(Relaxed),
+        }
+    }
+
+    /// Read latency quantiles in microseconds: (quantile, value) for p50, p90, p99, p99.9.
+    pub fn read_latency(&self) -> Vec<(f64, u64)> {
+        let h = self.read_latency.lock().unwrap_or_else(|e| e.into_inner());
+        [0.5, 0.9, 0.99, 0.999]
+            .into_iter()
+            .map(|q| {
+                (
+                    q,
+                    if h.is_empty() {
+                        0
+                    } else {
+                        h.value_at_quantile(q)
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+fn encoded_size(o: &CachedObject) -> usize {
+    let headers: usize = o
+        .headers
+        .iter()
+        .map(|(n, v)| 2 + n.as_str().len() + 4 + v.len())
+        .sum();
+    let tags: usize = o.tags.iter().map(|t| 4 + t.len()).sum();
+    1 + 2 + 6 * 8 + 1 + 4 + headers + 4 + tags + 8 + o.body.len()
+}
+
+fn io(e: std::io::Error) -> foyer::Error {
+    foyer::Error::io_error(e)
+}
+
+fn bad(what: &str) -> foyer::Error {
+    io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        what.to_owned(),
+    ))
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn read_u64(r: &mut impl Read) -> foyer::Result<u64> {
+    let mut b = [0u8; 8];
+    r.read_exact(&mut b).map_err(io)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn read_u32(r: &mut impl Read) -> foyer::Result<u32> {
+    let mut b = [0u8; 4];
+    r.read_exact(&mut b).map_err(io)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+fn read_bytes(r: &mut impl Read, n: usize, limit: usize) -> foyer::Result<Vec<u8>> {
+    if n > limit {
+        return Err(bad("a length past the entry's end"));
+    }
+    let mut v = vec![0u8; n];
+    r.read_exact(&mut v).map_err(io)?;
+    Ok(v)
+}
+
+/// No field of a stored response is longer than this (bodies have their own bound).
+const FIELD_LIMIT: usize = 1 << 20;
+/// Nor is a body.
+const BODY_LIMIT: usize = 1 << 32;
+
+impl Code for DiskObject {
+    fn encode(&self, w: &mut impl Write) -> foyer::Result<()> {
+        let o = &self.0;
+        let mut head = Vec::with_capacity(encoded_size(o) - o.body.len());
+        head.push(FORMAT);
+        head.extend_from_slice(&o.status.as_u16().to_le_bytes());
+        for d in [
+            o.stored_at,
+            o.fresh_until,
+            o.initial_age,
+            o.stale_while_revalidate,
+            o.stale_if_error,
+            o.keep_until,
+        ] {
+            head.extend_from_slice(&nanos(d).to_le_bytes());
+        }
+        head.push(u8::from(o.auth_ok));
+        let fields: Vec<_> = o.headers.iter().collect();
+        head.extend_from_slice(&(fields.len() as u32).to_le_bytes());
+        for (name, value) in fields {
+            head.extend_from_slice(&(name.as_str().len() as u16).to_le_bytes());
+            head.extend_from_slice(name.as_str().as_bytes());
+            head.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            head.extend_from_slice(value.as_bytes());
+        }
+        head.extend_from_slice(&(o.tags.len() as u32).to_le_bytes());
+        for t in o.tags.iter() {
+            head.extend_from_slice(&(t.len() as u32).to_le_bytes());
+            head.extend_from_slice(t.as_bytes());
+        }
+        head.extend_from_slice(&(o.body.len() as u64).to_le_bytes());
+        w.write_all(&head).map_err(io)?;
+        w.write_all(&o.body).map_err(io)
+    }
+
+    fn decode(r: &mut impl Read) -> foyer::Result<Self> {
+        let mut version = [0u8; 1];
+        r.read_exact(&mut version).map_err(io)?;
+        if version[0] != FORMAT {
+            return Err(bad("another format version"));
+        }
+        let mut status = [0u8; 2];
+        r.read_exact(&mut status).map_err(io)?;
+        let status =
+            StatusCode::from_u16(u16::from_le_bytes(status)).map_err(|_| bad("a bad status"))?;
+        let mut times = [Duration::ZERO; 6];
+        for t in &mut times {
+            *t = Duration::from_nanos(read_u64(r)?);
+        }
+        let mut auth = [0u8; 1];
+        r.read_exact(&mut auth).map_err(io)?;
+        let fields = read_u32(r)? as usize;
+        if fields > 10_000 {
+            return Err(bad("too many fields"));
+        }
+        let mut headers = HeaderMap::with_capacity(fields);
+        for _ in 0..fields {
+            let mut n = [0u8; 2];
+            r.read_exact(&mut n).map_err(io)?;
+            let name = read_bytes(r, usize::from(u16::from_le_bytes(n)), FIELD_LIMIT)?;
+            let name = HeaderName::from_bytes(&name).map_err(|_| bad("a bad field name"))?;
+            let n = read_u32(r)? as usize;
+            let value = HeaderValue::from_bytes(&read_bytes(r, n, FIELD_LIMIT)?)
+                .map_err(|_| bad("a bad field value"))?;
+            headers.append(name, value);
+        }
+        let tags = read_u32(r)? as usize;
+        if tags > 10_000 {
+            return Err(bad("too many tags"));
+        }
+        let mut tag_list = Vec::with_capacity(tags);
+        for _ in 0..tags {
+            let n = read_u32(r)? as usize;
+            let t = String::from_utf8(read_bytes(r, n, FIELD_LIMIT)?)
+                .map_err(|_| bad("a tag that is not UTF-8"))?;
+            tag_list.push(t.into_boxed_str());
+        }
+        let n = usize::try_from(read_u64(r)?).map_err(|_| bad("a body too large"))?;
+        let body = Bytes::from(read_bytes(r, n, BODY_LIMIT)?);
+        let [stored_at, fresh_until, initial_age, stale_while_revalidate, stale_if_error, keep_until] =
+            times;
+        Ok(DiskObject(Arc::new(CachedObject {
+            status,
+            headers: StoredHeaders::new(&headers),
+            body,
+            stored_at,
+            fresh_until,
+            initial_age,
+            auth_ok: auth[0] != 0,
+            stale_while_revalidate,
+            stale_if_error,
+            keep_until,
+            tags: tag_list.into_boxed_slice(),
+        })))
+    }
+
+    fn estimated_size(&self) -> usize {
+        encoded_size(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http_cache::Freshness;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("secondhit-disk-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn settings(dir: &std::path::Path, rate: Option<u64>) -> DiskSettings {
+        DiskSettings {
+            dir: dir.to_path_buf(),
+            capacity: 8 << 20,
+            block_size: 1 << 20,
+            max_write_rate: rate,
+        }
+    }
+
+    fn object(i: usize, size: usize) -> Arc<CachedObject> {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", HeaderValue::from_static("image/jpeg"));
+        h.append("x-many", HeaderValue::from_static("a"));
+        h.append("x-many", HeaderValue::from_static("b"));
+        h.insert("surrogate-key", HeaderValue::from_static("t1 t2"));
+        let body: Vec<u8> = (0..size).map(|b| (b * 31 + i) as u8).collect();
+        let freshness = Freshness {
+            lifetime: Duration::from_secs(60),
+            initial_age: Duration::ZERO,
+            no_cache: false,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::from_secs(5),
+        };
+        Arc::new(CachedObject::new(
+            StatusCode::OK,
+            h,
+            Bytes::from(body),
+            Duration::from_secs(1_000),
+            &freshness,
+            Duration::from_secs(10),
+        ))
+    }
+
+    fn same(a: &CachedObject, b: &CachedObject) {
+        assert_eq!(a.status, b.status);
+        assert_eq!(a.body, b.body);
+        let fields = |o: &CachedObject| {
+            o.headers
+                .iter()
+                .map(|(n, v)| (n.clone(), v))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(fields(a), fields(b));
+        assert_eq!(
+            (a.stored_at, a.fresh_until, a.keep_until, a.auth_ok),
+            (b.stored_at, b.fresh_until, b.keep_until, b.auth_ok)
+        );
+        assert_eq!(a.tags, b.tags);
+    }
+
+    /// Waits until foyer has flushed what was queued (its writes are asynchronous).
+    async fn settle(tier: &DiskTier, key: &str) -> Option<Arc<CachedObject>> {
+        for _ in 0..200 {
+            if let Some(o) = tier.get(key).await {
+                return Some(o);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn objects_come_back_whole_and_survive_a_restart() {
+        let d = dir("restart");
+        let tier = DiskTier::open(settings(&d, None)).await.unwrap();
+        let objects: Vec<_> = (0..20).map(|i| object(i, 10_000 + i * 100)).collect();
+        for (i, o) in objects.iter().enumerate() {
+            assert_eq!(
+                tier.write(&format!("k{i}"), o, Duration::ZERO),
+                Written::Queued
+            );
+        }
+        for (i, o) in objects.iter().enumerate() {
+            same(&settle(&tier, &format!("k{i}")).await.expect("on disk"), o);
+        }
+        assert!(tier.get("absent").await.is_none());
+        let f = tier.figures();
+        assert_eq!((f.writes, f.refusals), (20, 0));
+        tier.close().await;
+        drop(tier);
+        let again = DiskTier::open(settings(&d, None)).await.unwrap();
+        for (i, o) in objects.iter().enumerate() {
+            same(&again.get(&format!("k{i}")).await.expect("recovered"), o);
+        }
+        again.close().await;
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_corrupt_block_is_never_served() {
+        let d = dir("corrupt");
+        let tier = DiskTier::open(settings(&d, None)).await.unwrap();
+        let objects: Vec<_> = (0..10).map(|i| object(i, 50_000)).collect();
+        for (i, o) in objects.iter().enumerate() {
+            tier.write(&format!("k{i}"), o, Duration::ZERO);
+        }
+        for i in 0..10 {
+            assert!(settle(&tier, &format!("k{i}")).await.is_some());
+        }
+        tier.close().await;
+        drop(tier);
+        // Every byte of every block file's first 600 KiB flipped: the entries' checksums fail.
+        for f in std::fs::read_dir(&d).unwrap() {
+            let p = f.unwrap().path();
+            let mut data = std::fs::read(&p).unwrap();
+            let n = data.len().min(600 << 10);
+            for b in &mut data[..n] {
+                *b = !*b;
+            }
+            std::fs::write(&p, data).unwrap();
+        }
+        let again = DiskTier::open(settings(&d, None)).await.unwrap();
+        let mut served = 0;
+        for (i, o) in objects.iter().enumerate() {
+            // Whole or not at all: never other bytes.
+            if let Some(got) = again.get(&format!("k{i}")).await {
+                same(&got, o);
+                served += 1;
+            }
+        }
+        // All ten lay in the flipped bytes.
+        assert_eq!(served, 0);
+        again.close().await;
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_write_budget_refuses_and_counts() {
+        let d = dir("budget");
+        // 100 KB a second: at one clock instant, two 40 KB objects fit and the third does not.
+        let tier = DiskTier::open(settings(&d, Some(100_000))).await.unwrap();
+        let o = object(1, 40_000);
+        let now = Duration::from_secs(5);
+        assert_eq!(tier.write("a", &o, now), Written::Queued);
+        assert_eq!(tier.write("b", &o, now), Written::Queued);
+        assert_eq!(tier.write("c", &o, now), Written::Refused);
+        // A second later the bucket is full again.
+        assert_eq!(
+            tier.write("d", &o, now + Duration::from_secs(1)),
+            Written::Queued
+        );
+        let f = tier.figures();
+        assert_eq!((f.writes, f.refusals), (3, 1));
+        assert_eq!(
+            tier.write("big", &object(2, 2 << 20), now),
+            Written::TooLarge
+        );
+        tier.close().await;
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
