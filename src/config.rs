@@ -382,6 +382,39 @@ pub struct CacheConfig {
     /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
     /// Slower; for agreement runs (`secondhit demo`), not for production.
     pub lab_mode: bool,
+    /// The flash tier under memory (off unless `dir` is set).
+    pub disk: DiskConfig,
+}
+
+/// `[cache.disk]`: a flash tier in a local directory, under the memory store. What reaches it
+/// is `admission.disk`'s decision; objects are written when memory evicts them, once.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiskConfig {
+    /// The directory (created if missing). Unset: no flash tier.
+    pub dir: Option<PathBuf>,
+    /// Bytes of disk it may use (required with `dir`; at least two blocks).
+    #[serde(deserialize_with = "de_bytes")]
+    pub capacity: u64,
+    /// Bytes a block: written sequentially and evicted as one (FIFO). Also bounds the largest
+    /// object the disk takes (a block less 64 KiB).
+    #[serde(deserialize_with = "de_bytes")]
+    pub block_size: u64,
+    /// At most this many bytes written a second (`"50MiB"`); writes past it are refused and
+    /// counted (`secondhit_disk_refusals_total`). Unset: no budget.
+    #[serde(deserialize_with = "de_opt_bytes")]
+    pub max_write_rate: Option<u64>,
+}
+
+impl Default for DiskConfig {
+    fn default() -> Self {
+        DiskConfig {
+            dir: None,
+            capacity: 0,
+            block_size: 16 << 20,
+            max_write_rate: None,
+        }
+    }
 }
 
 impl Default for CacheConfig {
@@ -403,6 +436,7 @@ impl Default for CacheConfig {
                 .map(|s| HeaderName::from_static(s))
                 .collect(),
             lab_mode: false,
+            disk: DiskConfig::default(),
         }
     }
 }
@@ -435,6 +469,10 @@ pub struct AdmissionConfig {
     /// `blocked` or `standard`.
     #[serde(deserialize_with = "de_parse")]
     pub layout: Layout,
+    /// Which objects reach the flash tier (`[cache.disk]`), asked on every miss in both tiers
+    /// beside `policy` (memory's), with the same window and sizing.
+    #[serde(deserialize_with = "de_parse")]
+    pub disk: Policy,
 }
 
 impl Default for AdmissionConfig {
@@ -446,6 +484,7 @@ impl Default for AdmissionConfig {
             expected_items: s.expected_items,
             fpr: s.fpr,
             layout: s.layout,
+            disk: Policy::SecondHit,
         }
     }
 }
@@ -838,6 +877,15 @@ pub struct Overrides {
     /// (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+    /// A flash tier under memory in DIR (cache.disk.dir); needs --disk-capacity.
+    #[arg(long, value_name = "DIR")]
+    pub disk_dir: Option<PathBuf>,
+    /// Bytes of disk the flash tier may use (100GiB).
+    #[arg(long, value_parser = parse_nonzero_bytes)]
+    pub disk_capacity: Option<u64>,
+    /// Which objects reach the flash tier (admission.disk; default second-hit).
+    #[arg(long)]
+    pub disk_policy: Option<Policy>,
 }
 
 /// A window flag: `None` never rotates on time.
@@ -916,6 +964,15 @@ impl Config {
         }
         if let Some(v) = o.workers {
             self.workers = v;
+        }
+        if let Some(v) = o.disk_dir {
+            self.cache.disk.dir = Some(v);
+        }
+        if let Some(v) = o.disk_capacity {
+            self.cache.disk.capacity = v;
+        }
+        if let Some(v) = o.disk_policy {
+            self.admission.disk = v;
         }
         if let Some(v) = o.origin {
             self.origin = Some(v);
@@ -998,6 +1055,34 @@ impl Config {
                     Config::MAX_WORKERS
                 ),
             ));
+        }
+        let d = &self.cache.disk;
+        if d.dir.is_some() {
+            if d.block_size < (1 << 20) || d.block_size % 4096 != 0 {
+                return Err(invalid(
+                    "cache.disk.block_size",
+                    format!(
+                        "{} is not a multiple of 4 KiB of at least 1 MiB",
+                        d.block_size
+                    ),
+                ));
+            }
+            if d.capacity < 2 * d.block_size {
+                return Err(invalid(
+                    "cache.disk.capacity",
+                    format!(
+                        "{} is less than two blocks of {} bytes (set it with the directory: \
+                         capacity = \"100GiB\")",
+                        d.capacity, d.block_size
+                    ),
+                ));
+            }
+            if d.max_write_rate == Some(0) {
+                return Err(invalid(
+                    "cache.disk.max_write_rate",
+                    "0 would refuse every write",
+                ));
+            }
         }
         let c = &self.cache;
         let max = c.max_object_size();

@@ -433,6 +433,7 @@ impl Code for DiskObject {
             stale_if_error,
             keep_until,
             tags: tag_list.into_boxed_slice(),
+            bound_for_disk: std::sync::atomic::AtomicBool::new(false),
         })))
     }
 

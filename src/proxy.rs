@@ -41,6 +41,7 @@ use crate::admission::{Admission, Decision};
 use crate::body::{empty, ProxyBody};
 use crate::clock::Clock;
 use crate::config::ValidConfig;
+use crate::disk::DiskTier;
 use crate::hash::KeyHash;
 use crate::http_cache::{request_plan, variant_key, RequestPlan, StoreRules};
 use crate::lab::{Lab, RecordOptions, Recorder, Shadows, Sighting};
@@ -110,6 +111,17 @@ struct Exchange {
     client_head: bool,
     /// A lookup the client waits for: the lab sees it (not a bypass, not a background refresh).
     sight: bool,
+    /// The flash tier's policy admitted the object: memory's eviction writes it to disk.
+    disk: bool,
+}
+
+/// What a fetch that may be stored carries to the store.
+#[derive(Default)]
+struct Storing {
+    /// The coalesced fetch this is, if any.
+    leader: Option<Leader>,
+    /// The flash tier's policy admitted it.
+    disk: bool,
 }
 
 /// Safe methods (RFC 9110 §9.2.1); every other method, known or not, can change the target.
@@ -204,6 +216,81 @@ pub struct Proxy {
     lab_config: crate::config::LabConfig,
     /// The live settings the shadows copied at start.
     lab_basis: LabBasis,
+    /// The flash tier, if `[cache.disk]` has a directory.
+    disk: Option<Arc<DiskPart>>,
+}
+
+/// The flash tier as the proxy uses it: the store, its own admission policy, and the time of
+/// the last purge it cannot apply object by object.
+pub struct DiskPart {
+    /// The store.
+    pub tier: Arc<DiskTier>,
+    admission: Box<dyn Admission>,
+    /// Disk objects stored before this (nanoseconds on the proxy's clock) are not served: a
+    /// purge by prefix or tag, or of everything, cannot list what the disk holds.
+    purged_before: std::sync::atomic::AtomicU64,
+}
+
+impl DiskPart {
+    /// Appends the `secondhit_disk_*` metrics.
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let f = self.tier.figures();
+        for (name, help, v) in [
+            ("hits", "Requests served from the flash tier.", f.hits),
+            (
+                "misses",
+                "Memory misses the flash tier did not have.",
+                f.misses,
+            ),
+            ("writes", "Objects written to the flash tier.", f.writes),
+            (
+                "write_bytes",
+                "Bytes of objects written to the flash tier.",
+                f.write_bytes,
+            ),
+            ("refusals", "Writes the write budget refused.", f.refusals),
+            (
+                "read_errors",
+                "Flash reads that failed (served as misses).",
+                f.errors,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP secondhit_disk_{name}_total {help}\n# TYPE secondhit_disk_{name}_total counter\nsecondhit_disk_{name}_total {v}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP secondhit_disk_device_write_bytes_total Bytes written to the device (blocks and their indexes).\n# TYPE secondhit_disk_device_write_bytes_total counter\nsecondhit_disk_device_write_bytes_total {}",
+            self.tier.device_write_bytes()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP secondhit_disk_read_latency_seconds Flash tier lookups.\n# TYPE secondhit_disk_read_latency_seconds summary"
+        );
+        for (q, micros) in self.tier.read_latency() {
+            let _ = writeln!(
+                out,
+                "secondhit_disk_read_latency_seconds{{quantile=\"{q}\"}} {:.6}",
+                micros as f64 / 1e6
+            );
+        }
+    }
+
+    pub(crate) fn purge_all_before(&self, now: Duration) {
+        let n = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
+        self.purged_before
+            .fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn purged(&self, obj: &CachedObject) -> bool {
+        let before = self
+            .purged_before
+            .load(std::sync::atomic::Ordering::Relaxed);
+        u64::try_from(obj.stored_at.as_nanos()).unwrap_or(u64::MAX) < before
+    }
 }
 
 /// What the shadows take from the live cache when they start (policy, filter settings,
@@ -290,14 +377,34 @@ fn store_shape(config: &ValidConfig) -> (u64, crate::store::Eviction, bool) {
 }
 
 /// The moka store for a configuration: byte capacity, eviction, weights, expiry.
-fn build_store(config: &ValidConfig) -> Maintained<String, Entry> {
+fn build_store(
+    config: &ValidConfig,
+    disk: Option<(Arc<DiskTier>, Arc<dyn Clock>)>,
+) -> Maintained<String, Entry> {
     let lab = config.cache.lab_mode;
-    let cache: Cache<String, Entry> =
-        moka_builder::<String, Entry>(config.cache.capacity, config.cache.eviction)
-            .weigher(move |k: &String, v: &Entry| v.weight(k, lab))
-            .expire_after(FreshFor)
-            .support_invalidation_closures()
-            .build();
+    let builder = moka_builder::<String, Entry>(config.cache.capacity, config.cache.eviction)
+        .weigher(move |k: &String, v: &Entry| v.weight(k, lab))
+        .expire_after(FreshFor)
+        .support_invalidation_closures();
+    let cache: Cache<String, Entry> = match disk {
+        // What memory evicts for room, and the flash policy admitted, goes to disk once.
+        Some((tier, clock)) => builder
+            .eviction_listener(move |key: Arc<String>, entry: Entry, cause| {
+                if cause != moka::notification::RemovalCause::Size {
+                    return;
+                }
+                if let Entry::Object(obj) = entry {
+                    if obj
+                        .bound_for_disk
+                        .swap(false, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        tier.write(&key, &obj, clock.now());
+                    }
+                }
+            })
+            .build(),
+        None => builder.build(),
+    };
     Maintained::new(cache, lab)
 }
 
@@ -381,14 +488,35 @@ impl Proxy {
     /// admission windows: the system clock in production, a manual one in tests. Fails only if
     /// the admission filter cannot be allocated as sized.
     pub fn new(config: &ValidConfig, clock: Arc<dyn Clock>) -> Result<Proxy, BuildError> {
+        Self::with_disk(config, clock, None)
+    }
+
+    /// As [`Proxy::new`], with a flash tier under the memory store (opened by the caller: it
+    /// needs the runtime), its admission policy `admission.disk`.
+    pub fn with_disk(
+        config: &ValidConfig,
+        clock: Arc<dyn Clock>,
+        disk: Option<Arc<DiskTier>>,
+    ) -> Result<Proxy, BuildError> {
         let admission = config.admission.settings().build(config.admission.policy)?;
+        let disk = match disk {
+            Some(tier) => Some(Arc::new(DiskPart {
+                tier,
+                admission: config.admission.settings().build(config.admission.disk)?,
+                purged_before: std::sync::atomic::AtomicU64::new(0),
+            })),
+            None => None,
+        };
+        let listener = disk
+            .as_ref()
+            .map(|d| (Arc::clone(&d.tier), Arc::clone(&clock)));
         let access_log = OnceLock::new();
         if let Some(target) = config.log.access_log_target() {
             let _ = access_log.set(AccessLog::start(target)?);
         }
         Ok(Proxy {
             live: ArcSwap::from_pointee(Live::new(config)?),
-            store: ArcSwap::from_pointee(build_store(config)),
+            store: ArcSwap::from_pointee(build_store(config, listener)),
             store_shape: std::sync::Mutex::new(store_shape(config)),
             admission,
             clock,
@@ -398,7 +526,13 @@ impl Proxy {
             lab: build_lab(config)?,
             lab_config: config.lab.clone(),
             lab_basis: lab_basis(config),
+            disk,
         })
+    }
+
+    /// The flash tier, if there is one.
+    pub fn disk(&self) -> Option<&DiskPart> {
+        self.disk.as_deref()
     }
 
     /// Swaps in a new configuration, keeping the cache and the admission filter: routes and
@@ -439,7 +573,12 @@ impl Proxy {
         let shape = store_shape(config);
         let mut current = self.store_shape.lock().unwrap_or_else(|p| p.into_inner());
         if *current != shape {
-            let fresh = build_store(config);
+            let fresh = build_store(
+                config,
+                self.disk
+                    .as_ref()
+                    .map(|d| (Arc::clone(&d.tier), Arc::clone(&self.clock))),
+            );
             let old = self.store.load_full();
             for (k, v) in old.cache().iter() {
                 fresh.cache().insert(String::clone(&k), v);
@@ -509,6 +648,9 @@ impl Proxy {
             &self.admission.stats(),
         );
         self.lab.render(&mut text);
+        if let Some(d) = &self.disk {
+            d.render(&mut text);
+        }
         text
     }
 
@@ -521,6 +663,9 @@ impl Proxy {
 
     /// Removes everything.
     pub fn purge_all(&self) {
+        if let Some(d) = &self.disk {
+            d.purge_all_before(self.now());
+        }
         self.store.load().cache().invalidate_all();
     }
 
@@ -617,7 +762,7 @@ impl Proxy {
                     &target,
                     client,
                     Intent::Bypass(reason),
-                    None,
+                    Storing::default(),
                     live,
                 )
                 .await;
@@ -669,7 +814,13 @@ impl Proxy {
                     .revalidate(parts, target, client, &lookup.key, obj, live)
                     .await;
             }
-            Found::Miss => {}
+            Found::Miss => {
+                if plan != RequestPlan::Refresh {
+                    if let Some(answer) = self.disk_hit(target, &lookup.key, &parts).await {
+                        return answer;
+                    }
+                }
+            }
         }
         if let RequestPlan::LookupOnly(reason) = plan {
             let mut answer = self
@@ -679,7 +830,7 @@ impl Proxy {
                     target,
                     client,
                     Intent::Bypass(reason),
-                    None,
+                    Storing::default(),
                     live,
                 )
                 .await;
@@ -687,10 +838,19 @@ impl Proxy {
             return answer;
         }
         // 4. admit
-        match self.admit(target, &lookup.key) {
+        let (admit, disk) = self.admit(target, &lookup.key);
+        match admit {
             Admit::Deferred => {
-                self.forward(parts, body, target, client, Intent::Deferred, None, live)
-                    .await
+                self.forward(
+                    parts,
+                    body,
+                    target,
+                    client,
+                    Intent::Deferred,
+                    Storing::default(),
+                    live,
+                )
+                .await
             }
             Admit::Lead(leader) => {
                 self.forward(
@@ -699,7 +859,10 @@ impl Proxy {
                     target,
                     client,
                     Intent::Admitted,
-                    Some(leader),
+                    Storing {
+                        leader: Some(leader),
+                        disk,
+                    },
                     live,
                 )
                 .await
@@ -716,7 +879,8 @@ impl Proxy {
                     return self.hit(&f.object, &parts, Some("collapsed"));
                 }
                 // The leader failed, was too slow, or fetched another variant: fetch ourselves.
-                self.forward(parts, body, target, client, Intent::Admitted, None, live)
+                let storing = Storing { leader: None, disk };
+                self.forward(parts, body, target, client, Intent::Admitted, storing, live)
                     .await
             }
         }
@@ -771,18 +935,47 @@ impl Proxy {
         }
     }
 
-    /// Phase 4: the admission policy, then one coalesced fetch per key.
-    fn admit(&self, target: &Target, key: &str) -> Admit {
-        let decision = self
-            .admission
-            .on_miss(KeyHash::of_u64(target.id), self.clock.now());
+    /// Phase 4: the admission policy, then one coalesced fetch per key; beside it the flash
+    /// tier's policy (asked on every miss in both tiers, as the simulator's two tiers do), whose
+    /// yes is the second value.
+    fn admit(&self, target: &Target, key: &str) -> (Admit, bool) {
+        let now = self.clock.now();
+        let hash = KeyHash::of_u64(target.id);
+        let decision = self.admission.on_miss(hash, now);
+        let disk = self
+            .disk
+            .as_ref()
+            .is_some_and(|d| d.admission.on_miss(hash, now) != Decision::Defer);
         if decision == Decision::Defer {
-            return Admit::Deferred;
+            return (Admit::Deferred, disk);
         }
-        match self.inflight.join(key) {
+        let admit = match self.inflight.join(key) {
             Role::Leader(l) => Admit::Lead(l),
             Role::Follower(f) => Admit::Follow(f),
+        };
+        (admit, disk)
+    }
+
+    /// Phase 3b: a memory miss looked up on disk. A fresh object there is served (`detail=disk`)
+    /// and promoted to memory if the memory policy admits it (never written to disk again).
+    async fn disk_hit(&self, target: &Target, key: &str, parts: &Parts) -> Option<Answer> {
+        let d = self.disk.as_ref()?;
+        let obj = d.tier.get(key).await?;
+        let now = self.clock.now();
+        if d.purged(&obj) {
+            d.tier.remove(key);
+            return None;
         }
+        if !obj.is_fresh(now) || (parts.headers.contains_key(header::AUTHORIZATION) && !obj.auth_ok)
+        {
+            return None;
+        }
+        if self.admission.on_miss(KeyHash::of_u64(target.id), now) != Decision::Defer {
+            self.store
+                .load()
+                .insert(key.to_owned(), Entry::Object(Arc::clone(&obj)));
+        }
+        Some(self.hit(&obj, parts, Some("disk")))
     }
 
     /// Phases 5 to 7: fetch, classify, pump.
@@ -796,9 +989,10 @@ impl Proxy {
         target: &Target,
         client: IpAddr,
         intent: Intent,
-        leader: Option<Leader>,
+        storing: Storing,
         live: &Arc<Live>,
     ) -> Answer {
+        let Storing { leader, disk } = storing;
         let upload = if body.is_end_stream() {
             Upload::none()
         } else {
@@ -851,6 +1045,7 @@ impl Proxy {
             upstream_head: head_request,
             client_head: head_request,
             sight: !matches!(intent, Intent::Bypass(_)),
+            disk,
         };
         self.respond(response, target, exchange, live).await
     }
@@ -889,6 +1084,7 @@ impl Proxy {
             headers: rparts.headers.clone(),
             freshness,
             leader: x.leader,
+            disk: x.disk,
         });
 
         // What the lab is told: the size announced (a 304 keeps the object's Content-Length),

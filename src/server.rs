@@ -28,6 +28,9 @@ pub enum ServeError {
     /// The clients' TLS could not be set up: a certificate or key file, named.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// The flash tier could not open (its directory, named).
+    #[error(transparent)]
+    Disk(#[from] crate::disk::DiskError),
     /// The state directory could not be created.
     #[error("state_dir {path}: {source}")]
     StateDir {
@@ -84,6 +87,10 @@ impl Running {
         // The last word on the filter's state, once no request can change it any more.
         if let Some(dir) = self.state_dir {
             write_state(Arc::clone(&self.proxy), dir).await;
+        }
+        // What the flash tier has queued goes out before the process does.
+        if let Some(d) = self.proxy.disk() {
+            d.tier.close().await;
         }
     }
 }
@@ -192,6 +199,8 @@ fn restart_notes(old: &ValidConfig, new: &ValidConfig) -> Vec<String> {
         "timeouts.shutdown_grace",
     );
     check(old.state_dir != new.state_dir, "state_dir");
+    check(old.cache.disk != new.cache.disk, "cache.disk");
+    check(old.admission.disk != new.admission.disk, "admission.disk");
     check(old.admin_token() != new.admin_token(), "admin_token");
     check(old.log.level != new.log.level, "log.level");
     notes
@@ -217,7 +226,22 @@ pub async fn start_with_source(
         Some(c) => Some(TlsAcceptor::from(crate::tls::server_config(Arc::clone(c))?)),
         None => None,
     };
-    let proxy = Arc::new(Proxy::new(&config, clock)?);
+    let disk = match &config.cache.disk.dir {
+        Some(dir) => {
+            let d = &config.cache.disk;
+            let tier = crate::disk::DiskTier::open(crate::disk::DiskSettings {
+                dir: dir.clone(),
+                capacity: d.capacity,
+                block_size: d.block_size,
+                max_write_rate: d.max_write_rate,
+            })
+            .await?;
+            tracing::info!(dir = %dir.display(), capacity = d.capacity, "flash tier open");
+            Some(Arc::new(tier))
+        }
+        None => None,
+    };
+    let proxy = Arc::new(Proxy::with_disk(&config, clock, disk)?);
     let reloader = Arc::new(Reloader {
         source,
         proxy: Arc::clone(&proxy),

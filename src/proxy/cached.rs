@@ -106,6 +106,9 @@ pub struct CachedObject {
     pub keep_until: Duration,
     /// Its surrogate keys (`Surrogate-Key`, `Cache-Tag`), for purge by tag.
     pub tags: Box<[Box<str>]>,
+    /// The flash tier's policy admitted it and it is not on disk yet: memory's eviction writes
+    /// it there (once: the flag is taken). Never set on an object read from disk.
+    pub bound_for_disk: std::sync::atomic::AtomicBool,
 }
 
 impl CachedObject {
@@ -136,6 +139,7 @@ impl CachedObject {
                     .max(freshness.stale_while_revalidate)
                     .max(freshness.stale_if_error),
             tags,
+            bound_for_disk: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -184,6 +188,10 @@ impl CachedObject {
             stale_if_error: self.stale_if_error,
             keep_until: self.keep_until,
             tags: self.tags.clone(),
+            bound_for_disk: std::sync::atomic::AtomicBool::new(
+                self.bound_for_disk
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
         }
     }
 

@@ -52,6 +52,8 @@ pub(super) struct StoreJob {
     pub freshness: Freshness,
     /// The coalesced fetch this is, whose followers get the object.
     pub leader: Option<Leader>,
+    /// The flash tier's policy admitted it: written to disk when memory evicts it.
+    pub disk: bool,
 }
 
 /// Bodies announced at up to this many bytes are read whole before the response goes out.
@@ -317,6 +319,11 @@ impl Proxy {
             &job.freshness,
             live.stale_keep,
         ));
+        if job.disk {
+            object
+                .bound_for_disk
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         self.store
             .load()
             .insert(key.clone(), Entry::Object(Arc::clone(&object)));

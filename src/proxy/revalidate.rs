@@ -215,6 +215,7 @@ impl Proxy {
             upstream_head: false,
             client_head: parts.method == Method::HEAD,
             sight: true,
+            disk: false,
         };
         let mut answer = self.respond(response, target, exchange, live).await;
         answer.status.fwd = Some(Fwd::Stale);
@@ -329,6 +330,7 @@ impl Proxy {
                 upstream_head: false,
                 client_head: true,
                 sight: false,
+                disk: false,
             };
             drop(proxy.respond(response, &target, exchange, &live).await);
         });
@@ -383,6 +385,18 @@ impl Proxy {
     /// Removes (`soft`: marks stale, so the next request revalidates) the stored objects a purge
     /// names; returns how many.
     pub fn purge_target(&self, what: &PurgeTarget, soft: bool) -> Result<u64, PurgeError> {
+        // The flash tier: a URL's object is removed from it; what a prefix or a tag names cannot
+        // be listed there, so every disk object stored before now stops being served.
+        if let Some(d) = self.disk() {
+            match what {
+                PurgeTarget::Url(url) => d.tier.remove(&self.key_of_url(url)?),
+                PurgeTarget::Prefix(url) => {
+                    self.key_of_url(url)?;
+                    d.purge_all_before(self.now());
+                }
+                PurgeTarget::Tag(_) => d.purge_all_before(self.now()),
+            }
+        }
         Ok(match what {
             PurgeTarget::Url(url) => {
                 let primary = self.key_of_url(url)?;
