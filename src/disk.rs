@@ -17,6 +17,7 @@
 //! The on-disk value is our own versioned encoding of a [`CachedObject`] ([`FORMAT`]); a value of
 //! another version, or one that does not decode, is a miss.
 
+use crate::config::DiskConfig;
 use crate::proxy::cached::{CachedObject, StoredHeaders};
 use crate::sim::WriteBudget;
 use bytes::Bytes;
@@ -26,26 +27,13 @@ use foyer::{
 };
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The version of the encoding of a stored response on disk.
 pub const FORMAT: u8 = 1;
-
-/// Where and how large the flash tier is.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DiskSettings {
-    /// The directory (created if missing).
-    pub dir: PathBuf,
-    /// Bytes of disk it may use.
-    pub capacity: u64,
-    /// Bytes a block (a region written and evicted as one).
-    pub block_size: u64,
-    /// At most this many bytes written a second (`None`: no budget).
-    pub max_write_rate: Option<u64>,
-}
 
 /// Why the flash tier could not open.
 #[derive(Debug, thiserror::Error)]
@@ -117,23 +105,24 @@ pub struct DiskTier {
     max_object: u64,
     counters: Counters,
     read_latency: Mutex<hdrhistogram::Histogram<u64>>,
-    settings: DiskSettings,
+    dir: PathBuf,
 }
 
 impl std::fmt::Debug for DiskTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskTier")
-            .field("settings", &self.settings)
+            .field("dir", &self.dir)
             .finish_non_exhaustive()
     }
 }
 
 impl DiskTier {
-    /// Opens (or creates) the tier in `settings.dir`, recovering the index of what a previous
-    /// run left there; blocks that do not read back are skipped. Must run inside a tokio
-    /// runtime, whose threads then do the tier's writing and reading.
-    pub async fn open(settings: DiskSettings) -> Result<DiskTier, DiskError> {
-        let path = settings.dir.clone();
+    /// Opens (or creates) the tier in `dir`, sized by `settings` (its own `dir` is not read),
+    /// recovering the index of what a previous run left there; blocks that do not read back
+    /// are skipped. Must run inside a tokio runtime, whose threads then do the tier's writing
+    /// and reading.
+    pub async fn open(dir: &Path, settings: &DiskConfig) -> Result<DiskTier, DiskError> {
+        let path = dir.to_path_buf();
         std::fs::create_dir_all(&path).map_err(|source| DiskError::Dir {
             path: path.clone(),
             source,
@@ -144,7 +133,7 @@ impl DiskTier {
         };
         let capacity = usize::try_from(settings.capacity).unwrap_or(usize::MAX);
         let block = usize::try_from(settings.block_size).unwrap_or(usize::MAX);
-        let device = FsDeviceBuilder::new(&settings.dir)
+        let device = FsDeviceBuilder::new(dir)
             .with_capacity(capacity)
             .build()
             .map_err(engine)?;
@@ -167,13 +156,6 @@ impl DiskTier {
             .build()
             .await
             .map_err(engine)?;
-        let read_latency =
-            hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 2).map_err(|e| {
-                DiskError::Engine {
-                    path: path.clone(),
-                    message: e.to_string(),
-                }
-            })?;
         Ok(DiskTier {
             cache,
             budget: settings
@@ -182,14 +164,14 @@ impl DiskTier {
             // The block's index and the entry's header take a few KiB of each block.
             max_object: settings.block_size.saturating_sub(64 << 10),
             counters: Counters::default(),
-            read_latency: Mutex::new(read_latency),
-            settings,
+            read_latency: Mutex::new(crate::metrics::latency_histogram()),
+            dir: path,
         })
     }
 
-    /// The settings it was opened with.
-    pub fn settings(&self) -> &DiskSettings {
-        &self.settings
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Queues `object` under `key` for the disk at `now` (the proxy's clock, which the write
@@ -221,7 +203,7 @@ impl DiskTier {
         let got = self.cache.get(key).await;
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         if let Ok(mut h) = self.read_latency.lock() {
-            let _ = h.record(micros.max(1));
+            h.saturating_record(micros.max(1));
         }
         match got {
             Ok(Some(entry)) => {
@@ -270,22 +252,52 @@ impl DiskTier {
         }
     }
 
-    /// Read latency quantiles in microseconds: (quantile, value) for p50, p90, p99, p99.9.
-    pub fn read_latency(&self) -> Vec<(f64, u64)> {
+    /// Appends the `secondhit_disk_*` metrics.
+    pub fn render(&self, out: &mut String) {
+        use crate::lab::family;
+        use std::fmt::Write as _;
+        let f = self.figures();
+        for (name, help, v) in [
+            ("hits", "Requests served from the flash tier.", f.hits),
+            (
+                "misses",
+                "Memory misses the flash tier did not have.",
+                f.misses,
+            ),
+            ("writes", "Objects written to the flash tier.", f.writes),
+            (
+                "write_bytes",
+                "Bytes of objects written to the flash tier.",
+                f.write_bytes,
+            ),
+            ("refusals", "Writes the write budget refused.", f.refusals),
+            (
+                "read_errors",
+                "Flash reads that failed (served as misses).",
+                f.errors,
+            ),
+            (
+                "device_write_bytes",
+                "Bytes written to the device (blocks and their indexes).",
+                self.device_write_bytes(),
+            ),
+        ] {
+            let name = format!("secondhit_disk_{name}_total");
+            family(out, &name, "counter", help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+        let name = "secondhit_disk_read_latency_seconds";
+        family(out, name, "summary", "Flash tier lookups.");
         let h = self.read_latency.lock().unwrap_or_else(|e| e.into_inner());
-        [0.5, 0.9, 0.99, 0.999]
-            .into_iter()
-            .map(|q| {
-                (
-                    q,
-                    if h.is_empty() {
-                        0
-                    } else {
-                        h.value_at_quantile(q)
-                    },
-                )
-            })
-            .collect()
+        for q in [0.5, 0.9, 0.99, 0.999] {
+            let micros = if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(q)
+            };
+            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {:.6}", micros as f64 / 1e6);
+        }
+        let _ = writeln!(out, "{name}_count {}", h.len());
     }
 }
 
@@ -453,9 +465,9 @@ mod tests {
         d
     }
 
-    fn settings(dir: &std::path::Path, rate: Option<u64>) -> DiskSettings {
-        DiskSettings {
-            dir: dir.to_path_buf(),
+    fn settings(rate: Option<u64>) -> DiskConfig {
+        DiskConfig {
+            dir: None,
             capacity: 8 << 20,
             block_size: 1 << 20,
             max_write_rate: rate,
@@ -517,7 +529,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn objects_come_back_whole_and_survive_a_restart() {
         let d = dir("restart");
-        let tier = DiskTier::open(settings(&d, None)).await.unwrap();
+        let tier = DiskTier::open(&d, &settings(None)).await.unwrap();
         let objects: Vec<_> = (0..20).map(|i| object(i, 10_000 + i * 100)).collect();
         for (i, o) in objects.iter().enumerate() {
             assert_eq!(
@@ -533,7 +545,7 @@ mod tests {
         assert_eq!((f.writes, f.refusals), (20, 0));
         tier.close().await;
         drop(tier);
-        let again = DiskTier::open(settings(&d, None)).await.unwrap();
+        let again = DiskTier::open(&d, &settings(None)).await.unwrap();
         for (i, o) in objects.iter().enumerate() {
             same(&again.get(&format!("k{i}")).await.expect("recovered"), o);
         }
@@ -544,7 +556,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_corrupt_block_is_never_served() {
         let d = dir("corrupt");
-        let tier = DiskTier::open(settings(&d, None)).await.unwrap();
+        let tier = DiskTier::open(&d, &settings(None)).await.unwrap();
         let objects: Vec<_> = (0..10).map(|i| object(i, 50_000)).collect();
         for (i, o) in objects.iter().enumerate() {
             tier.write(&format!("k{i}"), o, Duration::ZERO);
@@ -564,7 +576,7 @@ mod tests {
             }
             std::fs::write(&p, data).unwrap();
         }
-        let again = DiskTier::open(settings(&d, None)).await.unwrap();
+        let again = DiskTier::open(&d, &settings(None)).await.unwrap();
         let mut served = 0;
         for (i, o) in objects.iter().enumerate() {
             // Whole or not at all: never other bytes.
@@ -583,7 +595,7 @@ mod tests {
     async fn the_write_budget_refuses_and_counts() {
         let d = dir("budget");
         // 100 KB a second: at one clock instant, two 40 KB objects fit and the third does not.
-        let tier = DiskTier::open(settings(&d, Some(100_000))).await.unwrap();
+        let tier = DiskTier::open(&d, &settings(Some(100_000))).await.unwrap();
         let o = object(1, 40_000);
         let now = Duration::from_secs(5);
         assert_eq!(tier.write("a", &o, now), Written::Queued);

@@ -54,55 +54,66 @@ pub async fn serve<H, Fut>(
     serve_with_slots(listener, slots, builder, tls, limits, stopped, handler).await;
 }
 
-/// Serves `listener` as [`serve`] does on `workers` threads of their own, each with a
-/// single-threaded event loop accepting from the same socket, so that a connection, the tasks
-/// it spawns and the timers it sets stay on the thread that accepted it (no wake-ups across
-/// threads; the kernel hands each connection to whichever thread is waiting). Thread `i` is
-/// marked [`crate::origin::set_worker`]`(i)` for its own origin pool. The connection limit is
-/// shared. Each returned task ends when its thread has stopped serving (after `stopped` and
-/// the grace period).
+/// Serves each of `listeners` (a socket, its TLS, its handler) as [`serve`] does, all of them
+/// on the same `workers` threads of their own, each thread a single-threaded event loop
+/// accepting from every socket, so that a connection, the tasks it spawns and the timers it
+/// sets stay on the thread that accepted it (no wake-ups across threads; the kernel hands each
+/// connection to whichever thread is waiting). Thread `i` is marked
+/// [`crate::origin::set_worker`]`(i)` for its own origin pool. Each listener's connection
+/// limit is shared by the threads. Each returned task ends when its thread has stopped serving
+/// (after `stopped` and the grace period).
 pub fn serve_on_threads<H, Fut>(
-    listener: TcpListener,
+    listeners: Vec<(TcpListener, Option<TlsAcceptor>, H)>,
     workers: usize,
     builder: auto::Builder<TokioExecutor>,
-    tls: Option<TlsAcceptor>,
     limits: Limits,
     stopped: watch::Receiver<bool>,
-    handler: H,
 ) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>>
 where
     H: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    // Taken off this runtime's reactor; each thread registers its copy with its own.
-    let socket = listener.into_std()?;
-    let addr = socket.local_addr()?;
+    // Taken off this runtime's reactor; each thread registers its copies with its own.
+    let mut sockets = Vec::with_capacity(listeners.len());
+    for (listener, tls, handler) in listeners {
+        let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+        sockets.push((listener.into_std()?, tls, handler, slots));
+    }
     let mut done = Vec::with_capacity(workers);
     for i in 0..workers.max(1) {
-        let socket = socket.try_clone()?;
+        let mut mine = Vec::with_capacity(sockets.len());
+        for (socket, tls, handler, slots) in &sockets {
+            mine.push((
+                socket.try_clone()?,
+                tls.clone(),
+                handler.clone(),
+                Arc::clone(slots),
+            ));
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (slots, builder, tls, stopped, handler) = (
-            Arc::clone(&slots),
-            builder.clone(),
-            tls.clone(),
-            stopped.clone(),
-            handler.clone(),
-        );
+        let (builder, stopped) = (builder.clone(), stopped.clone());
         let (finished, finish) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
             .name(format!("secondhit-w{i}"))
             .spawn(move || {
                 crate::origin::set_worker(i);
                 runtime.block_on(async move {
-                    match TcpListener::from_std(socket) {
-                        Ok(l) => {
-                            serve_with_slots(l, slots, builder, tls, limits, stopped, handler).await
+                    // Spawned on this thread's own loop: every listener is served here.
+                    let mut serving = tokio::task::JoinSet::new();
+                    for (socket, tls, handler, slots) in mine {
+                        match TcpListener::from_std(socket) {
+                            Ok(l) => {
+                                let (builder, stopped) = (builder.clone(), stopped.clone());
+                                serving.spawn(serve_with_slots(
+                                    l, slots, builder, tls, limits, stopped, handler,
+                                ));
+                            }
+                            Err(e) => tracing::error!(error = %e, "worker {i} cannot listen"),
                         }
-                        Err(e) => tracing::error!(%addr, error = %e, "worker {i} cannot listen"),
                     }
+                    while serving.join_next().await.is_some() {}
                 });
                 // Tasks still running (background revalidations) end with the runtime.
                 drop(runtime);

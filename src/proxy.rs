@@ -232,53 +232,6 @@ pub struct DiskPart {
 }
 
 impl DiskPart {
-    /// Appends the `secondhit_disk_*` metrics.
-    fn render(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let f = self.tier.figures();
-        for (name, help, v) in [
-            ("hits", "Requests served from the flash tier.", f.hits),
-            (
-                "misses",
-                "Memory misses the flash tier did not have.",
-                f.misses,
-            ),
-            ("writes", "Objects written to the flash tier.", f.writes),
-            (
-                "write_bytes",
-                "Bytes of objects written to the flash tier.",
-                f.write_bytes,
-            ),
-            ("refusals", "Writes the write budget refused.", f.refusals),
-            (
-                "read_errors",
-                "Flash reads that failed (served as misses).",
-                f.errors,
-            ),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP secondhit_disk_{name}_total {help}\n# TYPE secondhit_disk_{name}_total counter\nsecondhit_disk_{name}_total {v}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP secondhit_disk_device_write_bytes_total Bytes written to the device (blocks and their indexes).\n# TYPE secondhit_disk_device_write_bytes_total counter\nsecondhit_disk_device_write_bytes_total {}",
-            self.tier.device_write_bytes()
-        );
-        let _ = writeln!(
-            out,
-            "# HELP secondhit_disk_read_latency_seconds Flash tier lookups.\n# TYPE secondhit_disk_read_latency_seconds summary"
-        );
-        for (q, micros) in self.tier.read_latency() {
-            let _ = writeln!(
-                out,
-                "secondhit_disk_read_latency_seconds{{quantile=\"{q}\"}} {:.6}",
-                micros as f64 / 1e6
-            );
-        }
-    }
-
     pub(crate) fn purge_all_before(&self, now: Duration) {
         let n = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
         self.purged_before
@@ -649,7 +602,7 @@ impl Proxy {
         );
         self.lab.render(&mut text);
         if let Some(d) = &self.disk {
-            d.render(&mut text);
+            d.tier.render(&mut text);
         }
         text
     }

@@ -229,13 +229,7 @@ pub async fn start_with_source(
     let disk = match &config.cache.disk.dir {
         Some(dir) => {
             let d = &config.cache.disk;
-            let tier = crate::disk::DiskTier::open(crate::disk::DiskSettings {
-                dir: dir.clone(),
-                capacity: d.capacity,
-                block_size: d.block_size,
-                max_write_rate: d.max_write_rate,
-            })
-            .await?;
+            let tier = crate::disk::DiskTier::open(dir, d).await?;
             tracing::info!(dir = %dir.display(), capacity = d.capacity, "flash tier open");
             Some(Arc::new(tier))
         }
@@ -287,29 +281,26 @@ pub async fn start_with_source(
         grace: config.timeouts.shutdown_grace,
     };
     let secure = tls.is_some();
-    let workers = config.worker_threads();
-    let on_threads = |listener, tls: Option<TlsAcceptor>, addr: SocketAddr| {
+    let handler = |secure: bool| {
         let p = Arc::clone(&proxy);
-        let secure = tls.is_some();
-        listener::serve_on_threads(
-            listener,
-            workers,
-            builder.clone(),
-            tls,
-            limits,
-            stopped.clone(),
-            move |req, peer: SocketAddr| {
-                let p = Arc::clone(&p);
-                async move { p.handle(req, peer.ip(), secure).await }
-            },
-        )
-        .map_err(|source| ServeError::Bind { addr, source })
+        move |req, peer: SocketAddr| {
+            let p = Arc::clone(&p);
+            async move { p.handle(req, peer.ip(), secure).await }
+        }
     };
-    let mut tasks = on_threads(public, tls, addr)?;
+    let mut listeners = vec![(public, tls, handler(secure))];
     let plain_addr = plain.as_ref().map(|(_, a)| *a);
-    if let Some((plain, a)) = plain {
-        tasks.extend(on_threads(plain, None, a)?);
+    if let Some((plain, _)) = plain {
+        listeners.push((plain, None, handler(false)));
     }
+    let mut tasks = listener::serve_on_threads(
+        listeners,
+        config.worker_threads(),
+        builder,
+        limits,
+        stopped.clone(),
+    )
+    .map_err(|source| ServeError::Bind { addr, source })?;
     let p = Arc::clone(&proxy);
     let admin_limits = listener::Limits {
         max_connections: 64,
