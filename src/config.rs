@@ -397,7 +397,8 @@ pub struct DiskConfig {
     #[serde(deserialize_with = "de_bytes")]
     pub capacity: u64,
     /// Bytes a block: written sequentially and evicted as one (FIFO). Also bounds the largest
-    /// object the disk takes (a block less 64 KiB).
+    /// object the disk takes (half a block less 64 KiB: foyer 0.22 loses writes of larger
+    /// ones once it evicts).
     #[serde(deserialize_with = "de_bytes")]
     pub block_size: u64,
     /// At most this many bytes written a second (`"50MiB"`); writes past it are refused and

@@ -22,8 +22,9 @@ use crate::proxy::cached::{CachedObject, StoredHeaders};
 use crate::sim::WriteBudget;
 use bytes::Bytes;
 use foyer::{
-    BlockEngineConfig, Code, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
-    HybridCachePolicy, PsyncIoEngineConfig, RecoverMode,
+    BlockEngineConfig, Code, DeviceBuilder, EvictionInfo, EvictionPicker, FifoPicker,
+    FsDeviceBuilder, HybridCache, HybridCacheBuilder, HybridCachePolicy, InvalidRatioPicker,
+    PsyncIoEngineConfig, RecoverMode,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use std::io::{Read, Write};
@@ -63,7 +64,7 @@ pub enum Written {
     Queued,
     /// The write budget was spent: not written (`secondhit_disk_refusals_total`).
     Refused,
-    /// Larger than a block can hold: not written.
+    /// Larger than half a block less 64 KiB: not written.
     TooLarge,
 }
 
@@ -82,6 +83,11 @@ pub struct DiskFigures {
     pub refusals: u64,
     /// Reads that failed (an I/O error or a value that did not decode): served as misses.
     pub errors: u64,
+    /// Blocks evicted (the tier evicts whole blocks, oldest first, to make room).
+    pub evicted_blocks: u64,
+    /// Bytes in the blocks that hold objects: sealed blocks, each counted whole (the block
+    /// being filled is not counted until it is sealed).
+    pub bytes: u64,
 }
 
 #[derive(Default)]
@@ -94,6 +100,48 @@ struct Counters {
     errors: AtomicU64,
 }
 
+/// What the block engine's eviction reports, read by [`DiskTier::figures`].
+#[derive(Debug, Default)]
+struct BlockCounts {
+    evicted: AtomicU64,
+    sealed: AtomicU64,
+}
+
+/// foyer's FIFO picker, counting: every picker hears of every eviction, whichever picked it,
+/// so this one sees them all (and, at each change, how many blocks are sealed).
+#[derive(Debug)]
+struct CountingFifo {
+    fifo: FifoPicker,
+    counts: Arc<BlockCounts>,
+}
+
+impl EvictionPicker for CountingFifo {
+    fn init(&mut self, blocks: &[u32], block_size: usize) {
+        self.fifo.init(blocks, block_size);
+    }
+
+    fn pick(&mut self, info: EvictionInfo<'_>) -> Option<u32> {
+        self.fifo.pick(info)
+    }
+
+    fn on_block_evictable(&mut self, info: EvictionInfo<'_>, block: u32) {
+        // `info.evictable` already holds `block`.
+        self.counts
+            .sealed
+            .store(info.evictable.len() as u64, Relaxed);
+        self.fifo.on_block_evictable(info, block);
+    }
+
+    fn on_block_evict(&mut self, info: EvictionInfo<'_>, block: u32) {
+        // `info.evictable` no longer holds `block`.
+        self.counts.evicted.fetch_add(1, Relaxed);
+        self.counts
+            .sealed
+            .store(info.evictable.len() as u64, Relaxed);
+        self.fifo.on_block_evict(info, block);
+    }
+}
+
 /// A stored response as foyer stores it.
 #[derive(Clone, Debug)]
 pub struct DiskObject(pub Arc<CachedObject>);
@@ -104,6 +152,8 @@ pub struct DiskTier {
     budget: Option<Mutex<WriteBudget>>,
     max_object: u64,
     counters: Counters,
+    blocks: Arc<BlockCounts>,
+    block_size: u64,
     read_latency: Mutex<hdrhistogram::Histogram<u64>>,
     dir: PathBuf,
 }
@@ -137,6 +187,16 @@ impl DiskTier {
             .with_capacity(capacity)
             .build()
             .map_err(engine)?;
+        let blocks = Arc::new(BlockCounts::default());
+        // foyer's default pickers (a block mostly removed or replaced first, then the oldest),
+        // the second counting.
+        let pickers: Vec<Box<dyn EvictionPicker>> = vec![
+            Box::new(InvalidRatioPicker::new(0.8)),
+            Box::new(CountingFifo {
+                fifo: FifoPicker::default(),
+                counts: Arc::clone(&blocks),
+            }),
+        ];
         let cache = HybridCacheBuilder::new()
             .with_name("secondhit-disk")
             .with_policy(HybridCachePolicy::WriteOnInsertion)
@@ -150,6 +210,7 @@ impl DiskTier {
                     .with_block_size(block)
                     .with_buffer_pool_size(block.saturating_mul(2))
                     .with_flushers(1)
+                    .with_eviction_pickers(pickers)
                     .with_tombstone_log(true),
             )
             .with_recover_mode(RecoverMode::Quiet)
@@ -161,9 +222,14 @@ impl DiskTier {
             budget: settings
                 .max_write_rate
                 .map(|r| Mutex::new(WriteBudget::new(r))),
-            // The block's index and the entry's header take a few KiB of each block.
-            max_object: settings.block_size.saturating_sub(64 << 10),
+            // The block's index and the entry's header take a few KiB of each block. Entries of
+            // more than half a block are lost now and then once blocks are evicted (foyer 0.22.6,
+            // seen in `whole_blocks_are_evicted_oldest_first_and_counted` with 600 KB objects in
+            // 1 MiB blocks): they are not written.
+            max_object: (settings.block_size / 2).saturating_sub(64 << 10),
             counters: Counters::default(),
+            blocks,
+            block_size: settings.block_size,
             read_latency: Mutex::new(crate::metrics::latency_histogram()),
             dir: path,
         })
@@ -249,6 +315,8 @@ impl DiskTier {
             write_bytes: c.write_bytes.load(Relaxed),
             refusals: c.refusals.load(Relaxed),
             errors: c.errors.load(Relaxed),
+            evicted_blocks: self.blocks.evicted.load(Relaxed),
+            bytes: self.blocks.sealed.load(Relaxed) * self.block_size,
         }
     }
 
@@ -281,11 +349,23 @@ impl DiskTier {
                 "Bytes written to the device (blocks and their indexes).",
                 self.device_write_bytes(),
             ),
+            (
+                "evictions",
+                "Blocks evicted, oldest first (the tier evicts whole blocks of objects).",
+                f.evicted_blocks,
+            ),
         ] {
             let name = format!("secondhit_disk_{name}_total");
             family(out, &name, "counter", help);
             let _ = writeln!(out, "{name} {v}");
         }
+        family(
+            out,
+            "secondhit_disk_bytes",
+            "gauge",
+            "Bytes in the flash tier's sealed blocks, each counted whole.",
+        );
+        let _ = writeln!(out, "secondhit_disk_bytes {}", f.bytes);
         let name = "secondhit_disk_read_latency_seconds";
         family(out, name, "summary", "Flash tier lookups.");
         let h = self.read_latency.lock().unwrap_or_else(|e| e.into_inner());
@@ -517,7 +597,7 @@ mod tests {
 
     /// Waits until foyer has flushed what was queued (its writes are asynchronous).
     async fn settle(tier: &DiskTier, key: &str) -> Option<Arc<CachedObject>> {
-        for _ in 0..200 {
+        for _ in 0..100 {
             if let Some(o) = tier.get(key).await {
                 return Some(o);
             }
@@ -612,6 +692,49 @@ mod tests {
             tier.write("big", &object(2, 2 << 20), now),
             Written::TooLarge
         );
+        tier.close().await;
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn whole_blocks_are_evicted_oldest_first_and_counted() {
+        let d = dir("evict");
+        // 8 blocks of 1 MiB; objects of 300 KB, three a block: 120 of them fill 40 blocks, so
+        // at least 30 are evicted, and the tier never holds more than its 8 blocks.
+        let tier = DiskTier::open(&d, &settings(None)).await.unwrap();
+        let mut lost = 0;
+        for i in 0..120 {
+            let key = format!("k{i}");
+            let queued = tier.write(&key, &object(i, 300_000), Duration::ZERO);
+            assert_eq!(queued, Written::Queued);
+            // One at a time, so that blocks are sealed in order. foyer 0.22 now and then drops
+            // a queued write (a cache may): counted, and bounded below.
+            if settle(&tier, &key).await.is_none() {
+                lost += 1;
+            }
+        }
+        let f = tier.figures();
+        assert!(lost <= 3, "{lost} writes lost: {f:?}");
+        assert!((30..=40).contains(&f.evicted_blocks), "{f:?}");
+        assert!(f.bytes > 0 && f.bytes <= 8 << 20, "{f:?}");
+        assert!(tier.get("k0").await.is_none(), "the oldest object survived");
+        let mut newest = 0;
+        for i in 110..120 {
+            newest += usize::from(tier.get(&format!("k{i}")).await.is_some());
+        }
+        assert!(newest >= 10 - lost, "{newest} of the 10 newest readable");
+        let mut m = String::new();
+        tier.render(&mut m);
+        // Reclaiming goes on in the background: the figures may have moved on, not back.
+        let value = |name: &str| -> u64 {
+            let line = m.lines().find(|l| l.starts_with(name)).expect(name);
+            line[name.len()..].trim().parse().expect(line)
+        };
+        assert!(
+            value("secondhit_disk_evictions_total ") >= f.evicted_blocks,
+            "{m}"
+        );
+        assert!(value("secondhit_disk_bytes ") <= 8 << 20, "{m}");
         tier.close().await;
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -62,7 +62,7 @@ use http::{Method, Request, Response};
 use hyper::body::{Body, Incoming};
 use moka::sync::Cache;
 use outcome::{CacheStatus, Outcome, Refusal};
-use pump::StoreJob;
+use pump::{StoreJob, Tiers};
 pub use revalidate::PurgeTarget;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,8 +111,8 @@ struct Exchange {
     client_head: bool,
     /// A lookup the client waits for: the lab sees it (not a bypass, not a background refresh).
     sight: bool,
-    /// The flash tier's policy admitted the object: memory's eviction writes it to disk.
-    disk: bool,
+    /// Where a stored object goes.
+    tiers: Tiers,
 }
 
 /// What a fetch that may be stored carries to the store.
@@ -120,8 +120,8 @@ struct Exchange {
 struct Storing {
     /// The coalesced fetch this is, if any.
     leader: Option<Leader>,
-    /// The flash tier's policy admitted it.
-    disk: bool,
+    /// Where it goes.
+    tiers: Tiers,
 }
 
 /// Safe methods (RFC 9110 §9.2.1); every other method, known or not, can change the target.
@@ -793,6 +793,16 @@ impl Proxy {
         // 4. admit
         let (admit, disk) = self.admit(target, &lookup.key);
         match admit {
+            // Memory said not yet, flash said yes: stored on disk at once, as the simulator's
+            // two tiers do (there is no memory eviction to hand it down).
+            Admit::Deferred if disk => {
+                let storing = Storing {
+                    leader: None,
+                    tiers: Tiers::DiskOnly,
+                };
+                self.forward(parts, body, target, client, Intent::Admitted, storing, live)
+                    .await
+            }
             Admit::Deferred => {
                 self.forward(
                     parts,
@@ -814,7 +824,7 @@ impl Proxy {
                     Intent::Admitted,
                     Storing {
                         leader: Some(leader),
-                        disk,
+                        tiers: Tiers::memory(disk),
                     },
                     live,
                 )
@@ -832,7 +842,10 @@ impl Proxy {
                     return self.hit(&f.object, &parts, Some("collapsed"));
                 }
                 // The leader failed, was too slow, or fetched another variant: fetch ourselves.
-                let storing = Storing { leader: None, disk };
+                let storing = Storing {
+                    leader: None,
+                    tiers: Tiers::memory(disk),
+                };
                 self.forward(parts, body, target, client, Intent::Admitted, storing, live)
                     .await
             }
@@ -945,7 +958,7 @@ impl Proxy {
         storing: Storing,
         live: &Arc<Live>,
     ) -> Answer {
-        let Storing { leader, disk } = storing;
+        let Storing { leader, tiers } = storing;
         let upload = if body.is_end_stream() {
             Upload::none()
         } else {
@@ -998,7 +1011,7 @@ impl Proxy {
             upstream_head: head_request,
             client_head: head_request,
             sight: !matches!(intent, Intent::Bypass(_)),
-            disk,
+            tiers,
         };
         self.respond(response, target, exchange, live).await
     }
@@ -1021,7 +1034,7 @@ impl Proxy {
             headers: &rparts.headers,
             length: expected,
         };
-        let c = classify(
+        let mut c = classify(
             x.intent,
             head,
             x.authorized,
@@ -1029,6 +1042,10 @@ impl Proxy {
             live.limits.max_object,
             SystemTime::now(),
         );
+        if c.store.is_some() && x.tiers == Tiers::DiskOnly {
+            // Stored, in the flash tier only.
+            c.status.detail = Some("disk");
+        }
         // Without a store job the leader is dropped here, and its followers fetch for themselves.
         let job = c.store.map(|freshness| StoreJob {
             primary: target.key.clone(),
@@ -1037,7 +1054,7 @@ impl Proxy {
             headers: rparts.headers.clone(),
             freshness,
             leader: x.leader,
-            disk: x.disk,
+            tiers: x.tiers,
         });
 
         // What the lab is told: the size announced (a 304 keeps the object's Content-Length),

@@ -192,3 +192,117 @@ async fn replay_can_start_part_way_through_a_trace() {
     assert_eq!(origin.stats().requests, 500);
     origin.shutdown().await;
 }
+
+/// Two tiers, live against simulated: lab mode, concurrency 1, memory at 5 % of the working set
+/// above a flash tier too large to evict (whole-block FIFO and the simulator's per-object FIFO
+/// then agree); memory admitting all above flash admitting all or second hits, and memory
+/// second-hit above flash admitting all (what memory defers goes to flash at once). Memory
+/// hits, flash hits and flash writes must be equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tiers_live_equal_the_simulation() {
+    use secondhit::config::{Config, DiskConfig, OriginUrl};
+    use secondhit::sim::DiskOptions;
+    use std::sync::Arc;
+    let path = bundled("request.trace.xz");
+    let source = trace::Source::file(&path, None);
+    let requests = 8_000;
+    let summary =
+        secondhit::trace::stats::collect(source.open().unwrap().take(requests as usize)).unwrap();
+    let memory = summary.working_set_bytes / 20;
+    // Room for everything, in whole 16 MiB blocks, with blocks to spare.
+    let disk = (summary.working_set_bytes / (16 << 20) + 4) * (16 << 20);
+    let origin = origin_server::start(OriginOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_age: 86_400,
+        ..OriginOptions::default()
+    })
+    .await
+    .unwrap();
+    for (memory_policy, flash) in [
+        (Policy::AdmitAll, Policy::AdmitAll),
+        (Policy::AdmitAll, Policy::SecondHit),
+        (Policy::SecondHit, Policy::AdmitAll),
+    ] {
+        let dir = std::env::temp_dir().join(format!(
+            "secondhit-agreement-{memory_policy}-{flash}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            origin: Some(OriginUrl {
+                tls: false,
+                authority: origin.addr.to_string().parse().unwrap(),
+            }),
+            ..Config::default()
+        };
+        config.cache.capacity = memory;
+        config.cache.max_object_size = Some(memory);
+        config.cache.eviction = Eviction::Lru;
+        config.cache.lab_mode = true;
+        config.cache.disk = DiskConfig {
+            dir: Some(dir.clone()),
+            capacity: disk,
+            ..DiskConfig::default()
+        };
+        config.admission.policy = memory_policy;
+        config.admission.disk = flash;
+        config.admission.window = None;
+        config.limits.store_buffer_bytes = config.limits.store_buffer_bytes.max(memory);
+        let proxy = secondhit::server::start(
+            config.validate().unwrap(),
+            Arc::new(secondhit::clock::SystemClock::new()),
+        )
+        .await
+        .unwrap();
+        let mut ro = ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
+        ro.concurrency = 1;
+        ro.limit = Some(requests);
+        let live = replay::run(source.open().unwrap(), &ro, &Quiet)
+            .await
+            .unwrap();
+        let tier = proxy.proxy.disk().expect("a flash tier").tier.figures();
+        proxy.shutdown().await;
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let predicted = sim::run(
+            &source,
+            &sim::Options {
+                policies: vec![memory_policy],
+                evictions: vec![Eviction::Lru],
+                store: StoreKind::Moka,
+                capacities: Capacities::Bytes(vec![memory]),
+                settings: Settings {
+                    window: None,
+                    ..Settings::default()
+                },
+                threads: 1,
+                limit: Some(requests),
+                disk: Some(DiskOptions {
+                    capacities: vec![disk],
+                    policies: vec![flash],
+                    eviction: Eviction::Fifo,
+                    write_rate: None,
+                }),
+                ..sim::Options::default()
+            },
+            &Quiet,
+        )
+        .unwrap();
+        let p = predicted.results[0].disk.as_ref().expect("two tiers");
+        let flash = format!("memory {memory_policy}, flash {flash}");
+        assert_eq!((live.errors, live.corrupted), (0, 0), "{flash}");
+        assert_eq!(
+            p.disk_evictions,
+            Some(0),
+            "{flash}: the flash tier must not evict"
+        );
+        assert_eq!(tier.evicted_blocks, 0, "{flash}");
+        assert_eq!(live.hits, p.memory_hits + p.disk_hits, "{flash}: hits");
+        assert_eq!(tier.hits, p.disk_hits, "{flash}: flash hits");
+        assert_eq!(tier.writes, p.disk_writes, "{flash}: flash writes");
+        assert!(p.disk_hits > 0, "{flash}: the flash tier served nothing");
+    }
+    origin.shutdown().await;
+}

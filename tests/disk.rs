@@ -105,3 +105,62 @@ async fn second_hits_reach_disk_one_hit_wonders_never_and_a_restart_keeps_them()
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Memory second-hits, the disk admits all, with a budget of 25 KB a second: a first request
+/// goes to disk at once (memory said not yet), two 10 KB objects fit the budget at one instant
+/// and the rest are refused (counted), a second second later it has refilled; a disk hit is
+/// promoted to memory on its second sighting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_memory_defers_and_flash_admits_is_written_at_once_within_the_budget() {
+    let d = dir("budget");
+    let o = origin::start().await;
+    let config = format!(
+        "[admission]\npolicy = \"second-hit\"\ndisk = \"admit-all\"\n\
+         [cache]\ncapacity = \"1MB\"\nlab_mode = true\n\
+         [cache.disk]\ndir = \"{}\"\ncapacity = \"4MiB\"\nblock_size = \"1MiB\"\n\
+         max_write_rate = \"25KB\"\n",
+        d.display()
+    );
+    let (p, clock) = start(&o.url(), &config).await;
+    let c = Http::new(p.addr);
+    for i in 0..4 {
+        let got = get(&c, &format!("/cache/b{i}{SIZE}")).await;
+        assert_eq!(got.x_cache(), "MISS", "b{i}");
+        let status = got.header("cache-status").unwrap_or_default().to_owned();
+        assert!(
+            status.contains("stored") && status.contains("detail=disk"),
+            "b{i}: {status}"
+        );
+    }
+    let m = admin(p.admin_addr, "/metrics", false).await.1;
+    assert_eq!(metric(&m, "secondhit_disk_writes_total"), 2);
+    assert_eq!(metric(&m, "secondhit_disk_refusals_total"), 2);
+    // Nothing went to memory: its policy deferred every first request.
+    assert_eq!(metric(&m, "secondhit_cache_entries"), 0);
+    clock.advance(std::time::Duration::from_secs(1));
+    let got = get(&c, &format!("/cache/b4{SIZE}")).await;
+    assert_eq!(got.x_cache(), "MISS");
+    let m = admin(p.admin_addr, "/metrics", false).await.1;
+    assert_eq!(metric(&m, "secondhit_disk_writes_total"), 3);
+    // b0 and b1 are on disk: their second requests are disk hits, promoted to memory (the
+    // memory policy's second sighting), then memory hits; the origin saw each once.
+    for i in 0..2 {
+        let path = format!("/cache/b{i}{SIZE}");
+        let got = get(&c, &path).await;
+        assert_eq!(got.x_cache(), "HIT", "{path}");
+        let status = got.header("cache-status").unwrap_or_default().to_owned();
+        assert!(status.contains("detail=disk"), "{path}: {status}");
+        assert_eq!(got.bytes(), &content(&format!("/cache/b{i}"), 10_000)[..]);
+        let got = get(&c, &path).await;
+        assert_eq!(got.x_cache(), "HIT", "{path}");
+        let status = got.header("cache-status").unwrap_or_default().to_owned();
+        assert!(!status.contains("detail=disk"), "{path}: {status}");
+        assert_eq!(o.count(&path), 1, "{path}");
+    }
+    // b2 was refused: its second request is fetched again.
+    let got = get(&c, &format!("/cache/b2{SIZE}")).await;
+    assert_ne!(got.x_cache(), "HIT");
+    assert_eq!(o.count(&format!("/cache/b2{SIZE}")), 2);
+    p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -52,8 +52,31 @@ pub(super) struct StoreJob {
     pub freshness: Freshness,
     /// The coalesced fetch this is, whose followers get the object.
     pub leader: Option<Leader>,
-    /// The flash tier's policy admitted it: written to disk when memory evicts it.
-    pub disk: bool,
+    /// Where it goes.
+    pub tiers: Tiers,
+}
+
+/// Where a stored object goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Tiers {
+    /// Memory only.
+    #[default]
+    Memory,
+    /// Memory, and to disk when memory evicts it (the flash policy admitted it too).
+    MemoryThenDisk,
+    /// Disk at once: the flash policy admitted it, the memory policy did not.
+    DiskOnly,
+}
+
+impl Tiers {
+    /// Memory, and disk after it if the flash policy admitted the object.
+    pub fn memory(disk: bool) -> Tiers {
+        if disk {
+            Tiers::MemoryThenDisk
+        } else {
+            Tiers::Memory
+        }
+    }
 }
 
 /// Bodies announced at up to this many bytes are read whole before the response goes out.
@@ -319,10 +342,22 @@ impl Proxy {
             &job.freshness,
             live.stale_keep,
         ));
-        if job.disk {
-            object
+        match (job.tiers, self.disk()) {
+            (Tiers::DiskOnly, Some(d)) => {
+                d.tier.write(&key, &object, now);
+                if let Some(leader) = job.leader {
+                    leader.complete(Arc::new(Fetched {
+                        object,
+                        primary: job.primary,
+                        key,
+                    }));
+                }
+                return;
+            }
+            (Tiers::MemoryThenDisk, _) => object
                 .bound_for_disk
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+                .store(true, std::sync::atomic::Ordering::Relaxed),
+            _ => {}
         }
         self.store
             .load()

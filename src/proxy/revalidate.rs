@@ -13,6 +13,7 @@ use super::classify::Intent;
 use super::coalesce::{Fetched, Leader, Role};
 use super::fetch::upstream_request;
 use super::outcome::{Fwd, Outcome, Refusal};
+use super::pump::Tiers;
 use super::{hit, Answer, Exchange, Live, Proxy, PurgeError, Sight};
 use crate::body::empty;
 use crate::http_cache::{cache_key, storability, strip_hop_by_hop, updated_headers, validates};
@@ -215,7 +216,7 @@ impl Proxy {
             upstream_head: false,
             client_head: parts.method == Method::HEAD,
             sight: true,
-            disk: false,
+            tiers: Tiers::Memory,
         };
         let mut answer = self.respond(response, target, exchange, live).await;
         answer.status.fwd = Some(Fwd::Stale);
@@ -330,7 +331,7 @@ impl Proxy {
                 upstream_head: false,
                 client_head: true,
                 sight: false,
-                disk: false,
+                tiers: Tiers::Memory,
             };
             drop(proxy.respond(response, &target, exchange, &live).await);
         });
