@@ -36,6 +36,9 @@ use std::time::{Duration, Instant};
 /// The version of the encoding of a stored response on disk.
 pub const FORMAT: u8 = 1;
 
+/// The file in the tier's directory holding the purge mark ([`DiskTier::purge_mark`]).
+const PURGE_MARK: &str = "secondhit-purged-before";
+
 /// Why the flash tier could not open.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
@@ -285,6 +288,34 @@ impl DiskTier {
                 tracing::warn!(error = %e, "disk read failed; served as a miss");
                 None
             }
+        }
+    }
+
+    /// The purge mark a previous run left (nanoseconds on the proxy's clock, 0 if none):
+    /// objects stored before it are not to be served. A mark that does not read is 0, logged.
+    pub fn purge_mark(&self) -> u64 {
+        let path = self.dir.join(PURGE_MARK);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+                tracing::warn!(path = %path.display(), "an unreadable purge mark: ignored");
+                0
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "reading the purge mark");
+                0
+            }
+        }
+    }
+
+    /// Keeps the purge mark `nanos` for the next run (written whole, then renamed into place).
+    pub fn save_purge_mark(&self, nanos: u64) {
+        let path = self.dir.join(PURGE_MARK);
+        let tmp = self.dir.join(format!("{PURGE_MARK}.tmp"));
+        let written =
+            std::fs::write(&tmp, format!("{nanos}\n")).and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "saving the purge mark");
         }
     }
 

@@ -232,10 +232,15 @@ pub struct DiskPart {
 }
 
 impl DiskPart {
+    /// Marks every disk object stored before `now` unservable, in this run and the next.
     pub(crate) fn purge_all_before(&self, now: Duration) {
         let n = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
-        self.purged_before
+        let before = self
+            .purged_before
             .fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+        if n > before {
+            self.tier.save_purge_mark(n);
+        }
     }
 
     fn purged(&self, obj: &CachedObject) -> bool {
@@ -454,9 +459,9 @@ impl Proxy {
         let admission = config.admission.settings().build(config.admission.policy)?;
         let disk = match disk {
             Some(tier) => Some(Arc::new(DiskPart {
-                tier,
                 admission: config.admission.settings().build(config.admission.disk)?,
-                purged_before: std::sync::atomic::AtomicU64::new(0),
+                purged_before: std::sync::atomic::AtomicU64::new(tier.purge_mark()),
+                tier,
             })),
             None => None,
         };

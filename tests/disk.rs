@@ -1,6 +1,7 @@
 //! The flash tier under memory (`[cache.disk]`), against a real origin on loopback: what the
 //! flash policy admits reaches disk when memory evicts it, one-hit wonders never do, disk hits
-//! carry the same bytes and say `detail=disk`, and the disk survives a restart.
+//! carry the same bytes and say `detail=disk`, the disk survives a restart (and so does a purge
+//! of it), and the write budget holds.
 
 mod support;
 
@@ -84,7 +85,7 @@ async fn second_hits_reach_disk_one_hit_wonders_never_and_a_restart_keeps_them()
     p.shutdown().await;
 
     // A restart: memory is empty, the disk still has them.
-    let (p, _) = start(&o.url(), &config(&d)).await;
+    let (p, clock) = start(&o.url(), &config(&d)).await;
     let c = Http::new(p.addr);
     for i in 0..5 {
         let path = format!("/cache/t{i}{SIZE}");
@@ -102,6 +103,21 @@ async fn second_hits_reach_disk_one_hit_wonders_never_and_a_restart_keeps_them()
     // A one-hit wonder of before is not there.
     let got = get(&c, &format!("/cache/once-a0{SIZE}")).await;
     assert_ne!(got.x_cache(), "HIT");
+    // A purge of everything reaches the disk, and holds after another restart (whose clock
+    // starts where this one did, after the objects were stored and before the purge).
+    clock.advance(std::time::Duration::from_secs(1));
+    let (s, _) = admin(p.admin_addr, "/purge-all", true).await;
+    assert_eq!(s, 200);
+    p.shutdown().await;
+    let (p, _) = start(&o.url(), &config(&d)).await;
+    let c = Http::new(p.addr);
+    let got = get(&c, &format!("/cache/t0{SIZE}")).await;
+    assert_ne!(
+        got.x_cache(),
+        "HIT",
+        "a purged object served after a restart"
+    );
+    assert_eq!(o.count(&format!("/cache/t0{SIZE}")), 3);
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&d);
 }
