@@ -212,6 +212,9 @@ impl DiskTier {
                 BlockEngineConfig::new(device)
                     .with_block_size(block)
                     .with_buffer_pool_size(block.saturating_mul(2))
+                    // Entries queued past this are dropped (foyer's default is 16 MiB, one
+                    // default block): four blocks of objects already out of memory.
+                    .with_submit_queue_size_threshold(block.saturating_mul(4))
                     .with_flushers(1)
                     .with_eviction_pickers(pickers)
                     .with_tombstone_log(true),
