@@ -3,8 +3,9 @@
 # (proxy_cache, min_uses 1 and 2) and through `secondhit serve` with a flash tier (--disk-dir)
 # whose policy is admit-all, second-hit or nth-hit:3, in one run, each in front of a fresh
 # secondhit origin. Flash bytes written, set against the bytes served: for nginx, what its
-# processes wrote to storage (/proc/<pid>/io write_bytes: its cache files; the part deleted
-# before the kernel wrote it back is printed below the table); for secondhit, what foyer wrote to
+# processes wrote to storage (/proc/<pid>/io write_bytes: its cache files; "reached the device"
+# less cancelled_write_bytes, files deleted before the kernel wrote them back, which in a run
+# this short is most of min_uses 1's); for secondhit, what foyer wrote to
 # the device (secondhit_disk_device_write_bytes_total: blocks, page alignment, indexes). Not
 # /proc/<pid>/io for both: it does not count secondhit's O_DIRECT overwrites of its block files
 # (ext4 counts only the first, allocating write of each).
@@ -81,51 +82,75 @@ http {
 NGINX
 }
 
-# Bytes written to flash so far: by foyer, or by a set of processes.
+# Bytes written to flash so far: by foyer, or by a set of processes (field of /proc/<pid>/io; a
+# process that has exited, such as nginx's cache loader, no longer counts).
 written() {
   if [ "$1" = secondhit ]; then
     curl -s http://127.0.0.1:18093/metrics | awk '/^secondhit_disk_device_write_bytes_total /{print $2}'
     return
   fi
-  local field=$1 total=0 p
+  local field=$1 total=0 p n
   shift
   for p in "$@"; do
-    total=$((total + $(awk -v f="$field:" '$1 == f {print $2}' "/proc/$p/io")))
+    n=$(awk -v f="$field:" '$1 == f {print $2}' "/proc/$p/io" 2>/dev/null) || n=0
+    total=$((total + ${n:-0}))
   done
   echo "$total"
 }
 
 # The most the flash held (nginx's cache files; secondhit's sealed blocks, each whole), sampled
-# every second until $dir/stop-sampling appears.
+# every 5 s (du over nginx's files costs CPU) until $dir/stop-sampling appears.
 sample_held() {
-  local most=0 now
+  local most=0 now i
   while [ ! -e "$dir/stop-sampling" ]; do
     if [ "$1" = nginx ]; then
-      now=$(du -sb "$dir/nginx-cache" 2>/dev/null | cut -f1) || now=0
+      now=$(du -sb "$dir/nginx-cache" 2>/dev/null | cut -f1) || true
     else
-      now=$(curl -s http://127.0.0.1:18093/metrics | awk '/^secondhit_disk_bytes /{print $2}') || now=0
+      now=$(curl -s http://127.0.0.1:18093/metrics | awk '/^secondhit_disk_bytes /{print $2}') || true
     fi
     if [ "${now:-0}" -gt "$most" ]; then most=$now; fi
-    sleep 1
+    for i in 1 2 3 4 5; do [ -e "$dir/stop-sampling" ] || sleep 1; done
   done
   echo "$most" > "$dir/held"
 }
 
-printf '| cache | flash policy | hit ratio | byte hit ratio | origin offload | flash bytes written | per byte served | flash held (most, sampled each second) | req/s | p99 ms | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+# Waits (up to 10 s) until something answers on 127.0.0.1:$1.
+wait_for() {
+  local i
+  for i in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0
+    sleep 0.1
+  done
+  echo "nothing answers on port $1" >&2
+  return 1
+}
+
+# Stops a process this script started, and waits until it is gone (its ports free).
+stop() {
+  local pid
+  pid=$(cat "$1")
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  rm -f "$1"
+}
+
+printf '| cache | flash policy | hit ratio | byte hit ratio | origin offload | flash bytes written | of which reached the device | per byte served | flash held (most) | req/s | p99 ms | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 notes=()
 runs=${RUNS:-nginx:1 nginx:2 secondhit:admit-all secondhit:second-hit secondhit:nth-hit:3 default:second-hit}
 for run in $runs; do
   cache=${run%%:*}
   policy=${run#*:}
   $bin origin --listen 127.0.0.1:18081 --max-age 86400 2>/dev/null & echo $! > "$dir/origin.pid"
+  wait_for 18081
   rm -rf "$dir/nginx-cache" "$dir/disk"
   if [ "$cache" = nginx ]; then
     nginx_conf "$policy"
     nginx -p "$dir" -c "$dir/nginx.conf"; port=18082
-    sleep 1
+    wait_for 18082
     pids=$(pgrep -P "$(cat "$dir/nginx.pid")" | tr '\n' ' ')
     name="nginx $(nginx -v 2>&1 | sed 's|.*nginx/||') proxy_cache"
     label="min_uses $policy"
+    meter=write_bytes
   else
     # Memory admits all (the flash policy alone decides what reaches flash), or the defaults.
     memory_policy=admit-all
@@ -133,44 +158,52 @@ for run in $runs; do
     $bin serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 \
       --capacity "$memory" --policy "$memory_policy" --disk-dir "$dir/disk" --disk-capacity "$disk" \
       --disk-policy "$policy" --log-level warn 2>/dev/null & echo $! > "$dir/serve.pid"; port=18083
-    sleep 1
+    wait_for 18093
     pids=""
     name="secondhit serve, memory $memory_policy"
     label=$policy
+    meter=secondhit
   fi
   # shellcheck disable=SC2086
-  meter=secondhit; [ "$cache" = nginx ] && meter=write_bytes
   before=$(written "$meter" $pids)
-  [ "$cache" = nginx ] && cancelled_before=$(written cancelled_write_bytes $pids)
+  # shellcheck disable=SC2086
+  cancelled_before=$(written cancelled_write_bytes $pids)
   rm -f "$dir/stop-sampling" "$dir/held"
   sample_held "$cache" & sampler=$!
   $bin replay "${trace[@]}" --target "http://127.0.0.1:$port" --concurrency "$concurrency" \
     --origin-stats http://127.0.0.1:18081/_stats --json "$dir/run.json" >/dev/null 2>&1
+  # foyer writes what is queued within milliseconds; nginx's writes count when made.
+  sleep 2
   # shellcheck disable=SC2086
   after=$(written "$meter" $pids)
+  # shellcheck disable=SC2086
+  cancelled=$(( $(written cancelled_write_bytes $pids) - cancelled_before ))
   touch "$dir/stop-sampling"; wait "$sampler"
   most=$(cat "$dir/held")
   if [ "$cache" = nginx ]; then
-    cancelled=$(( $(written cancelled_write_bytes $pids) - cancelled_before ))
-    notes+=("nginx min_uses $policy: its cache stood at up to $((most >> 20)) MiB during the run (max_size $((disk >> 20)) MiB: the cache manager removes files in the background); $((cancelled >> 20)) MiB of its writes were to files deleted before write-back")
+    notes+=("nginx min_uses $policy: its cache stood at up to $((most >> 20)) MiB during the run (max_size $((disk >> 20)) MiB: the cache manager removes files in the background); $((cancelled >> 20)) MiB of its writes were to files deleted before the kernel wrote them back")
   fi
-  python3 - "$dir/run.json" "$name" "$label" "$((after - before))" "$most" <<'PY'
+  python3 - "$dir/run.json" "$name" "$label" "$((after - before))" "$cancelled" "$most" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-name, label, wrote, held = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+name, label = sys.argv[2], sys.argv[3]
+wrote, cancelled, held = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 served = d["requested_bytes"]
+reached = wrote - cancelled
 print(f"| {name} | {label} | {d['hit_ratio']*100:.2f} % | {d['byte_hit_ratio']*100:.2f} % | "
-      f"{d['origin_offload']*100:.2f} % | {wrote/2**20:,.0f} MiB | {wrote/served:.3f} | "
-      f"{held/2**20:,.0f} MiB | {d['requests_per_sec']:,.0f} | {d['latency_ms']['p99']:.2f} | {d['errors']} |")
+      f"{d['origin_offload']*100:.2f} % | {wrote/2**20:,.0f} MiB | {reached/2**20:,.0f} MiB | "
+      f"{wrote/served:.3f} | {held/2**20:,.0f} MiB | {d['requests_per_sec']:,.0f} | "
+      f"{d['latency_ms']['p99']:.2f} | {d['errors']} |")
 PY
   if [ "$cache" = nginx ]; then
-    nginx -p "$dir" -c "$dir/nginx.conf" -s stop 2>/dev/null; sleep 0.5
+    nginx -p "$dir" -c "$dir/nginx.conf" -s stop 2>/dev/null
+    while [ -e "$dir/nginx.pid" ]; do sleep 0.1; done
   else
     curl -s http://127.0.0.1:18093/metrics | grep -E '^secondhit_disk_(writes|write_bytes|hits|refusals|evictions)_total |^secondhit_disk_bytes ' \
       | tr '\n' ' ' > "$dir/$label-$cache.metrics"
-    kill "$(cat "$dir/serve.pid")"; sleep 0.5
+    stop "$dir/serve.pid"
   fi
-  kill "$(cat "$dir/origin.pid")"; sleep 0.5
+  stop "$dir/origin.pid"
 done
 echo
 for n in "${notes[@]}"; do echo "$n"; done

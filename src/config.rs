@@ -387,7 +387,8 @@ pub struct CacheConfig {
 }
 
 /// `[cache.disk]`: a flash tier in a local directory, under the memory store. What reaches it
-/// is `admission.disk`'s decision; objects are written when memory evicts them, once.
+/// is `admission.disk`'s decision; objects are written once, when memory evicts them (at once if
+/// the memory policy deferred them).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DiskConfig {

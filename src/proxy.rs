@@ -53,7 +53,7 @@ use arc_swap::ArcSwap;
 use authority::AuthorityError;
 use cached::{CachedObject, Entry, FreshFor};
 use check::{Rules, Target};
-use classify::{classify, Intent, ResponseHead};
+use classify::{classify, Classified, Intent, ResponseHead};
 use coalesce::{Inflight, Leader, Role};
 use fetch::{content_length, origin_error, response_head, upstream_request, FetchError, Upload};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -61,7 +61,7 @@ use http::request::Parts;
 use http::{Method, Request, Response};
 use hyper::body::{Body, Incoming};
 use moka::sync::Cache;
-use outcome::{CacheStatus, Outcome, Refusal};
+use outcome::{CacheStatus, Fwd, Outcome, Refusal};
 use pump::{StoreJob, Tiers};
 pub use revalidate::PurgeTarget;
 use std::net::IpAddr;
@@ -239,7 +239,7 @@ impl DiskPart {
             .purged_before
             .fetch_max(n, std::sync::atomic::Ordering::Relaxed);
         if n > before {
-            self.tier.save_purge_mark(n);
+            self.tier.save_purge_mark(&self.purged_before);
         }
     }
 
@@ -460,7 +460,7 @@ impl Proxy {
         let disk = match disk {
             Some(tier) => Some(Arc::new(DiskPart {
                 admission: config.admission.settings().build(config.admission.disk)?,
-                purged_before: std::sync::atomic::AtomicU64::new(tier.purge_mark()),
+                purged_before: std::sync::atomic::AtomicU64::new(tier.purge_mark(clock.now())),
                 tier,
             })),
             None => None,
@@ -796,18 +796,10 @@ impl Proxy {
             return answer;
         }
         // 4. admit
-        let (admit, disk) = self.admit(target, &lookup.key);
+        // What memory defers and flash admits goes to disk at once, as the simulator's two
+        // tiers do (no memory eviction will hand it down); it is coalesced like the rest.
+        let (admit, tiers) = self.admit(target, &lookup.key);
         match admit {
-            // Memory said not yet, flash said yes: stored on disk at once, as the simulator's
-            // two tiers do (there is no memory eviction to hand it down).
-            Admit::Deferred if disk => {
-                let storing = Storing {
-                    leader: None,
-                    tiers: Tiers::DiskOnly,
-                };
-                self.forward(parts, body, target, client, Intent::Admitted, storing, live)
-                    .await
-            }
             Admit::Deferred => {
                 self.forward(
                     parts,
@@ -829,7 +821,7 @@ impl Proxy {
                     Intent::Admitted,
                     Storing {
                         leader: Some(leader),
-                        tiers: Tiers::memory(disk),
+                        tiers,
                     },
                     live,
                 )
@@ -849,7 +841,7 @@ impl Proxy {
                 // The leader failed, was too slow, or fetched another variant: fetch ourselves.
                 let storing = Storing {
                     leader: None,
-                    tiers: Tiers::memory(disk),
+                    tiers,
                 };
                 self.forward(parts, body, target, client, Intent::Admitted, storing, live)
                     .await
@@ -906,25 +898,27 @@ impl Proxy {
         }
     }
 
-    /// Phase 4: the admission policy, then one coalesced fetch per key; beside it the flash
-    /// tier's policy (asked on every miss in both tiers, as the simulator's two tiers do), whose
-    /// yes is the second value.
-    fn admit(&self, target: &Target, key: &str) -> (Admit, bool) {
+    /// Phase 4: the admission policy, and beside it the flash tier's (asked on every miss in
+    /// both tiers, as the simulator's two tiers do), then one coalesced fetch per key if either
+    /// admits; the second value says where the object goes.
+    fn admit(&self, target: &Target, key: &str) -> (Admit, Tiers) {
         let now = self.clock.now();
         let hash = KeyHash::of_u64(target.id);
-        let decision = self.admission.on_miss(hash, now);
+        let memory = self.admission.on_miss(hash, now) != Decision::Defer;
         let disk = self
             .disk
             .as_ref()
             .is_some_and(|d| d.admission.on_miss(hash, now) != Decision::Defer);
-        if decision == Decision::Defer {
-            return (Admit::Deferred, disk);
-        }
+        let tiers = match (memory, disk) {
+            (true, disk) => Tiers::memory(disk),
+            (false, true) => Tiers::DiskOnly,
+            (false, false) => return (Admit::Deferred, Tiers::Memory),
+        };
         let admit = match self.inflight.join(key) {
             Role::Leader(l) => Admit::Lead(l),
             Role::Follower(f) => Admit::Follow(f),
         };
-        (admit, disk)
+        (admit, tiers)
     }
 
     /// Phase 3b: a memory miss looked up on disk. A fresh object there is served (`detail=disk`)
@@ -1048,8 +1042,23 @@ impl Proxy {
             SystemTime::now(),
         );
         if c.store.is_some() && x.tiers == Tiers::DiskOnly {
-            // Stored, in the flash tier only.
-            c.status.detail = Some("disk");
+            // For the flash tier only: told now whether the disk takes it (its size, the write
+            // budget), so that the client is told the truth; else as the memory policy said.
+            let taken = match (expected, self.disk()) {
+                (Some(n), Some(d)) if !x.upstream_head => {
+                    d.tier.reserve(n, self.clock.now()) == crate::disk::Written::Queued
+                }
+                _ => false,
+            };
+            if taken {
+                c.status.detail = Some("disk");
+            } else {
+                c = Classified {
+                    outcome: Outcome::Deferred,
+                    status: CacheStatus::forwarded(Fwd::UriMiss, Some("deferred")),
+                    store: None,
+                };
+            }
         }
         // Without a store job the leader is dropped here, and its followers fetch for themselves.
         let job = c.store.map(|freshness| StoreJob {

@@ -344,7 +344,8 @@ impl Proxy {
         ));
         match (job.tiers, self.disk()) {
             (Tiers::DiskOnly, Some(d)) => {
-                d.tier.write(&key, &object, now);
+                // `respond` reserved it (size, budget).
+                d.tier.write_reserved(&key, &object);
                 if let Some(leader) = job.leader {
                     leader.complete(Arc::new(Fetched {
                         object,
