@@ -199,7 +199,7 @@ PY
     nginx -p "$dir" -c "$dir/nginx.conf" -s stop 2>/dev/null
     while [ -e "$dir/nginx.pid" ]; do sleep 0.1; done
   else
-    curl -s http://127.0.0.1:18093/metrics | grep -E '^secondhit_disk_(writes|write_bytes|hits|refusals|evictions)_total |^secondhit_disk_bytes ' \
+    curl -s http://127.0.0.1:18093/metrics | grep -E '^secondhit_disk_(writes|write_bytes|hits|refusals|evictions|dropped_writes)_total |^secondhit_disk_bytes ' \
       | tr '\n' ' ' > "$dir/$label-$cache.metrics"
     stop "$dir/serve.pid"
   fi

@@ -82,6 +82,10 @@ async fn second_hits_reach_disk_one_hit_wonders_never_and_a_restart_keeps_them()
     let m = admin(p.admin_addr, "/metrics", false).await.1;
     assert_eq!(metric(&m, "secondhit_disk_hits_total"), 5);
     assert_eq!(metric(&m, "secondhit_disk_refusals_total"), 0);
+    assert_eq!(metric(&m, "secondhit_disk_dropped_writes_total"), 0);
+    assert!(metric(&m, "secondhit_disk_write_latency_seconds_count") > 0);
+    // The client's keep-alive connection closed first: a shutdown waits for open ones.
+    drop(c);
     p.shutdown().await;
 
     // A restart: memory is empty, the disk still has them.
@@ -108,6 +112,7 @@ async fn second_hits_reach_disk_one_hit_wonders_never_and_a_restart_keeps_them()
     clock.advance(std::time::Duration::from_secs(1));
     let (s, _) = admin(p.admin_addr, "/purge-all", true).await;
     assert_eq!(s, 200);
+    drop(c);
     p.shutdown().await;
     let (p, _) = start(&o.url(), &config(&d)).await;
     let c = Http::new(p.addr);
@@ -118,6 +123,7 @@ async fn second_hits_reach_disk_one_hit_wonders_never_and_a_restart_keeps_them()
         "a purged object served after a restart"
     );
     assert_eq!(o.count(&format!("/cache/t0{SIZE}")), 3);
+    drop(c);
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -181,6 +187,7 @@ async fn what_memory_defers_and_flash_admits_is_written_at_once_within_the_budge
     let got = get(&c, &format!("/cache/b2{SIZE}")).await;
     assert_ne!(got.x_cache(), "HIT");
     assert_eq!(o.count(&format!("/cache/b2{SIZE}")), 2);
+    drop(c);
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&d);
 }
