@@ -200,7 +200,7 @@ async fn replay_can_start_part_way_through_a_trace() {
 /// hits, flash hits and flash writes must be equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tiers_live_equal_the_simulation() {
-    use secondhit::config::{Config, DiskConfig, OriginUrl};
+    use secondhit::config::DiskConfig;
     use secondhit::sim::DiskOptions;
     use std::sync::Arc;
     let path = bundled("request.trace.xz");
@@ -228,28 +228,13 @@ async fn two_tiers_live_equal_the_simulation() {
             std::process::id()
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            admin_listen: "127.0.0.1:0".parse().unwrap(),
-            origin: Some(OriginUrl {
-                tls: false,
-                authority: origin.addr.to_string().parse().unwrap(),
-            }),
-            ..Config::default()
-        };
-        config.cache.capacity = memory;
-        config.cache.max_object_size = Some(memory);
-        config.cache.eviction = Eviction::Lru;
-        config.cache.lab_mode = true;
+        let mut config = support::lab_config(origin.addr, memory, memory_policy);
         config.cache.disk = DiskConfig {
             dir: Some(dir.clone()),
             capacity: disk,
             ..DiskConfig::default()
         };
-        config.admission.policy = memory_policy;
         config.admission.disk = flash;
-        config.admission.window = None;
-        config.limits.store_buffer_bytes = config.limits.store_buffer_bytes.max(memory);
         let proxy = secondhit::server::start(
             config.validate().unwrap(),
             Arc::new(secondhit::clock::SystemClock::new()),

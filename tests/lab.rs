@@ -6,7 +6,7 @@ mod support;
 use http::Method;
 use secondhit::admission::{Policy, Settings};
 use secondhit::clock::SystemClock;
-use secondhit::config::{Config, OriginUrl};
+use secondhit::config::Config;
 use secondhit::lab::shadow::ShadowFigures;
 use secondhit::origin_server::{self, OriginOptions, RunningOrigin as Origin};
 use secondhit::proxy::outcome::Outcome;
@@ -38,22 +38,7 @@ async fn origin() -> Origin {
 /// A lab-mode proxy (the simulator's maintenance and body-only weights) with an infinite
 /// window, as `demo` runs it, and `lab` applied.
 async fn proxy(origin: &Origin, policy: Policy, lab: impl FnOnce(&mut Config)) -> Running {
-    let mut config = Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        admin_listen: "127.0.0.1:0".parse().unwrap(),
-        origin: Some(OriginUrl {
-            tls: false,
-            authority: origin.addr.to_string().parse().unwrap(),
-        }),
-        ..Config::default()
-    };
-    config.cache.capacity = CAPACITY;
-    config.cache.max_object_size = Some(CAPACITY);
-    config.cache.eviction = Eviction::Lru;
-    config.cache.lab_mode = true;
-    config.admission.policy = policy;
-    config.admission.window = None;
-    config.limits.store_buffer_bytes = config.limits.store_buffer_bytes.max(CAPACITY);
+    let mut config = support::lab_config(origin.addr, CAPACITY, policy);
     lab(&mut config);
     server::start(config.validate().unwrap(), Arc::new(SystemClock::new()))
         .await

@@ -1,7 +1,34 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use secondhit::admission::Policy;
+use secondhit::config::{Config, OriginUrl};
+use secondhit::store::Eviction;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+
+/// A lab-mode configuration (the simulator's maintenance and body-only weights, LRU, an
+/// infinite window), as `demo` runs the proxy: on 127.0.0.1:0 in front of `origin`, `capacity`
+/// bytes, `policy` for memory.
+pub fn lab_config(origin: SocketAddr, capacity: u64, policy: Policy) -> Config {
+    let mut config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        origin: Some(OriginUrl {
+            tls: false,
+            authority: origin.to_string().parse().unwrap(),
+        }),
+        ..Config::default()
+    };
+    config.cache.capacity = capacity;
+    config.cache.max_object_size = Some(capacity);
+    config.cache.eviction = Eviction::Lru;
+    config.cache.lab_mode = true;
+    config.admission.policy = policy;
+    config.admission.window = None;
+    config.limits.store_buffer_bytes = config.limits.store_buffer_bytes.max(capacity);
+    config
+}
 
 /// A trace bundled in this repository's `traces/`.
 pub fn bundled(name: &str) -> PathBuf {
