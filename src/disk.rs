@@ -256,11 +256,6 @@ impl DiskTier {
         })
     }
 
-    /// Its directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Queues `object` under `key` for the disk at `now` (the proxy's clock, which the write
     /// budget runs on), unless the budget is spent or it is too large: [`DiskTier::reserve`],
     /// then [`DiskTier::write_reserved`].
