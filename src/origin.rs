@@ -1,18 +1,81 @@
-//! The origins: which configured origin serves a request, and a pooled keep-alive client to
-//! them over HTTP or HTTPS. Only configured origins are ever contacted.
+//! The origins: which configured origin serves a request, and pooled keep-alive connections to
+//! them over HTTP or HTTPS ([`pool`], one per worker thread; hyper-util's pooled client only
+//! when `tls.origin_http2` lets requests share a connection). Only configured origins are ever
+//! contacted.
+
+pub mod pool;
 
 use crate::body::ProxyBody;
 use crate::config::{Config, OriginUrl};
 use crate::proxy::authority::Host;
 use crate::tls::TlsError;
+use http::{Request, Response, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+pub use pool::{OriginBody, PoolError};
 use std::collections::HashMap;
 
-/// The client every origin request goes through: plain HTTP or rustls, pooled.
+/// hyper-util's pooled client, for origins that may speak HTTP/2 (`tls.origin_http2`).
 pub type OriginClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+
+/// How origin requests travel: each worker's own HTTP/1.1 pool, or (with `tls.origin_http2`)
+/// each worker's hyper-util client, which multiplexes HTTP/2.
+enum Transport {
+    Http1(Box<[pool::Pool]>),
+    Negotiated(Box<[OriginClient]>),
+}
+
+/// Why an origin request got no response head.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// From a worker's HTTP/1.1 pool.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// From hyper-util's client.
+    #[error(transparent)]
+    Client(#[from] hyper_util::client::legacy::Error),
+}
+
+impl SendError {
+    /// The kind of failure: TLS, connect, headers too large, or other.
+    pub fn kind(&self) -> OriginError {
+        let hyper_error = match self {
+            SendError::Pool(PoolError::Connect(e)) => {
+                let e: &(dyn std::error::Error + 'static) = e.as_ref();
+                return if crate::tls::is_tls_error(e) {
+                    OriginError::Tls
+                } else {
+                    OriginError::Connect
+                };
+            }
+            SendError::Pool(PoolError::Http(e)) => Some(e),
+            SendError::Client(e) => {
+                if crate::tls::is_tls_error(e) {
+                    return OriginError::Tls;
+                }
+                if e.is_connect() {
+                    return OriginError::Connect;
+                }
+                let mut source = std::error::Error::source(e);
+                let mut found = None;
+                while let Some(s) = source {
+                    if let Some(h) = s.downcast_ref::<hyper::Error>() {
+                        found = Some(h);
+                        break;
+                    }
+                    source = s.source();
+                }
+                found
+            }
+        };
+        match hyper_error {
+            Some(h) if h.is_parse_too_large() => OriginError::HeadersTooLarge,
+            _ => OriginError::Other,
+        }
+    }
+}
 
 /// Kinds of origin failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +122,7 @@ impl OriginError {
 pub struct Origins {
     default: Option<OriginUrl>,
     hosts: HashMap<String, OriginUrl>,
-    clients: Box<[OriginClient]>,
+    transport: Transport,
 }
 
 thread_local! {
@@ -97,24 +160,42 @@ impl Origins {
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1();
-        let connector = if config.tls.origin_http2 {
-            builder.enable_http2().wrap_connector(http)
+        let workers = 0..config.worker_threads();
+        let transport = if config.tls.origin_http2 {
+            let connector = builder.enable_http2().wrap_connector(http);
+            Transport::Negotiated(
+                workers
+                    .map(|_| {
+                        Client::builder(TokioExecutor::new())
+                            .pool_idle_timeout(config.timeouts.origin_idle)
+                            .pool_timer(TokioTimer::new())
+                            .http1_max_buf_size(config.limits.max_origin_header_bytes)
+                            .build(connector.clone())
+                    })
+                    .collect(),
+            )
         } else {
-            builder.wrap_connector(http)
+            let connector = builder.wrap_connector(http);
+            let mut h1 = hyper::client::conn::http1::Builder::new();
+            h1.max_buf_size(config.limits.max_origin_header_bytes);
+            let all = || config.origin.iter().chain(hosts.values());
+            Transport::Http1(
+                workers
+                    .map(|_| {
+                        pool::Pool::new(
+                            all(),
+                            connector.clone(),
+                            h1.clone(),
+                            config.timeouts.origin_idle,
+                        )
+                    })
+                    .collect(),
+            )
         };
-        let clients = (0..config.worker_threads())
-            .map(|_| {
-                Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(config.timeouts.origin_idle)
-                    .pool_timer(TokioTimer::new())
-                    .http1_max_buf_size(config.limits.max_origin_header_bytes)
-                    .build(connector.clone())
-            })
-            .collect();
         Ok(Origins {
             default: config.origin.clone(),
             hosts,
-            clients,
+            transport,
         })
     }
 
@@ -135,10 +216,32 @@ impl Origins {
         self.default.as_ref()
     }
 
-    /// The pooled client of this thread's worker (the first one off the worker threads).
-    pub fn client(&self) -> &OriginClient {
+    /// Sends `request` (origin-form, with its `Host`) to `origin` through this thread's
+    /// worker's connections (the first worker's off the worker threads) and returns the
+    /// response head.
+    pub async fn send(
+        &self,
+        origin: &OriginUrl,
+        mut request: Request<ProxyBody>,
+    ) -> Result<Response<OriginBody>, SendError> {
         let i = WORKER.with(|w| w.get());
-        &self.clients[i % self.clients.len()]
+        match &self.transport {
+            Transport::Http1(pools) => Ok(pools[i % pools.len()].send(origin, request).await?),
+            Transport::Negotiated(clients) => {
+                // The client picks the connection from an absolute URI.
+                let mut absolute = Uri::builder()
+                    .scheme(origin.scheme())
+                    .authority(origin.authority.clone());
+                if let Some(pq) = request.uri().path_and_query() {
+                    absolute = absolute.path_and_query(pq.clone());
+                }
+                *request.uri_mut() = absolute
+                    .build()
+                    .map_err(|e| SendError::Pool(PoolError::Connect(Box::new(e))))?;
+                let response = clients[i % clients.len()].request(request).await?;
+                Ok(response.map(OriginBody::unpooled))
+            }
+        }
     }
 }
 

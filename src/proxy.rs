@@ -46,8 +46,8 @@ use crate::hash::KeyHash;
 use crate::http_cache::{request_plan, variant_key, RequestPlan, StoreRules};
 use crate::lab::{Lab, RecordOptions, Recorder, Shadows, Sighting};
 use crate::metrics::Metrics;
-use crate::origin::OriginError;
 use crate::origin::Origins;
+use crate::origin::{OriginBody, OriginError};
 use crate::store::{moka_builder, Maintained};
 use arc_swap::ArcSwap;
 use authority::AuthorityError;
@@ -55,7 +55,7 @@ use cached::{CachedObject, Entry, FreshFor};
 use check::{Rules, Target};
 use classify::{classify, Classified, Intent, ResponseHead};
 use coalesce::{Inflight, Leader, Role};
-use fetch::{content_length, origin_error, response_head, upstream_request, FetchError, Upload};
+use fetch::{content_length, response_head, upstream_request, FetchError, Upload};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response};
@@ -1019,7 +1019,7 @@ impl Proxy {
     /// when allowed, store it.
     async fn respond(
         self: &Arc<Self>,
-        response: Response<Incoming>,
+        response: Response<OriginBody>,
         target: &Target,
         x: Exchange,
         live: &Arc<Live>,
@@ -1115,12 +1115,12 @@ impl Proxy {
         target: &Target,
         upload_failed: &std::sync::atomic::AtomicBool,
         live: &Live,
-    ) -> Result<Response<Incoming>, FetchError> {
+    ) -> Result<Response<OriginBody>, FetchError> {
         self.metrics.origin_request();
         let asked = Instant::now();
         let sent = tokio::time::timeout(
             live.timeouts.first_byte,
-            live.origins.client().request(request),
+            live.origins.send(&target.origin, request),
         )
         .await;
         let failure = match sent {
@@ -1131,7 +1131,7 @@ impl Proxy {
             }
             Ok(Err(e)) => {
                 tracing::warn!(origin = %target.origin, error = %e, "origin request failed");
-                FetchError::Origin(origin_error(&e))
+                FetchError::Origin(e.kind())
             }
             Err(_) => {
                 tracing::warn!(origin = %target.origin, timeout = ?live.timeouts.first_byte, "origin timed out");

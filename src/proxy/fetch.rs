@@ -209,14 +209,9 @@ pub fn upstream_request(
     };
     headers.insert(X_FORWARDED_FOR, forwarded_for);
     headers.append(header::VIA, HeaderValue::from_static("1.1 secondhit"));
-    let uri = Uri::builder()
-        .scheme(target.origin.scheme())
-        .authority(target.origin.authority.clone())
-        .path_and_query(target.path_and_query.clone())
-        .build()?;
     let mut out = Request::new(body);
     *out.method_mut() = method;
-    *out.uri_mut() = uri;
+    *out.uri_mut() = Uri::from(target.path_and_query.clone());
     *out.headers_mut() = headers;
     Ok(out)
 }
@@ -248,26 +243,6 @@ fn ip_value(ip: IpAddr) -> HeaderValue {
         n += 1;
     }
     HeaderValue::from_bytes(&out[..n]).unwrap_or(HeaderValue::from_static("-"))
-}
-
-/// Classifies a failed origin request: TLS, connect, headers too large, or other.
-pub fn origin_error(e: &hyper_util::client::legacy::Error) -> OriginError {
-    if crate::tls::is_tls_error(e) {
-        return OriginError::Tls;
-    }
-    if e.is_connect() {
-        return OriginError::Connect;
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            if h.is_parse_too_large() {
-                return OriginError::HeadersTooLarge;
-            }
-        }
-        source = s.source();
-    }
-    OriginError::Other
 }
 
 /// Makes an origin response head fit to forward and returns the body length to expect: hop-by-hop

@@ -27,12 +27,12 @@ use super::coalesce::{Fetched, Leader};
 use super::{Live, Proxy};
 use crate::body::{channel, BoxError, ProxyBody};
 use crate::http_cache::{variant_key, vary_fields, Freshness};
-use crate::origin::OriginError;
+use crate::origin::{OriginBody, OriginError};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::StatusCode;
 use http_body_util::BodyExt;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -175,7 +175,7 @@ impl Proxy {
     /// the client's body.
     pub(super) fn pump(
         self: &Arc<Self>,
-        mut body: Incoming,
+        mut body: OriginBody,
         expected: Option<u64>,
         job: Option<StoreJob>,
         sight: Option<(u64, bool)>,
@@ -262,7 +262,7 @@ impl Proxy {
     /// response cut short (and counts the origin error).
     pub(super) async fn read_ahead(
         &self,
-        mut body: Incoming,
+        mut body: OriginBody,
         expected: u64,
         job: Option<StoreJob>,
         live: &Live,

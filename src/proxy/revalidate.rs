@@ -17,10 +17,10 @@ use super::pump::Tiers;
 use super::{hit, Answer, Exchange, Live, Proxy, PurgeError, Sight};
 use crate::body::empty;
 use crate::http_cache::{cache_key, storability, strip_hop_by_hop, updated_headers, validates};
+use crate::origin::OriginBody;
 use http::header::{self, HeaderMap};
 use http::request::Parts;
 use http::{Method, Response, StatusCode, Uri};
-use hyper::body::Incoming;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -201,7 +201,7 @@ impl Proxy {
     /// admitted; a body write), or, if it may not be stored, is passed on.
     async fn replace(
         self: &Arc<Self>,
-        response: Response<Incoming>,
+        response: Response<OriginBody>,
         parts: &Parts,
         target: &Target,
         leader: Option<Leader>,

@@ -1,0 +1,490 @@
+//! One worker thread's keep-alive HTTP/1.1 connections to the origins, on hyper's connection
+//! API: what hyper-util's pooled client did for us, without what the proxy does not need.
+//!
+//! Per request that client locked its pool, hashed the origin's scheme and authority byte by
+//! byte, cloned the connector, boxed the response future and spawned a task to return the
+//! connection once its body was read: 8-10 % of the miss path's CPU (`perf record -g`,
+//! `scripts/bench-proxy.sh` miss_1k). Here the origins are known when the pool is built, so each
+//! has its own shelf of idle connections found by one lookup; a connection goes back on the
+//! shelf when the response body it carries has been read to the end ([`OriginBody`]), and is
+//! closed if the body is dropped before (hyper cannot reuse it then either).
+//!
+//! What the client gave that is kept: a request that a reused connection never sent (the origin
+//! closed it while idle) is sent again on another, at most once on a new one; idle connections
+//! are closed after `origin_idle` (checked on every use, and by a sweep every half of it); the
+//! connect timeout, `TCP_NODELAY` and TLS come from the same connector.
+
+use crate::body::ProxyBody;
+use crate::config::OriginUrl;
+use http::{Request, Response, Uri};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tower_service::Service;
+
+/// Any error of the connector (TCP connect, its timeout, the TLS handshake).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a request got no response head.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The connection could not be made (refused, timed out, TLS failed).
+    #[error("connecting: {0}")]
+    Connect(BoxError),
+    /// The connection failed while sending or before the response head.
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+}
+
+/// One worker's connections, an idle shelf per origin.
+pub struct Pool {
+    connector: HttpsConnector<HttpConnector>,
+    builder: http1::Builder,
+    idle_timeout: Duration,
+    /// Keyed by authority, one map for `http` origins and one for `https`.
+    shelves: [HashMap<Box<str>, Arc<Shelf>>; 2],
+    sweeping: Arc<AtomicBool>,
+}
+
+/// The idle connections to one origin, the most recently used last.
+#[derive(Default)]
+struct Shelf {
+    idle: Mutex<VecDeque<Idle>>,
+}
+
+struct Idle {
+    sender: SendRequest<ProxyBody>,
+    since: Instant,
+}
+
+impl Shelf {
+    /// Puts a connection whose last response has been read back for the next request.
+    fn put(&self, sender: SendRequest<ProxyBody>) {
+        if sender.is_closed() {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push_back(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// The most recently used idle connection that is still open (older ones past `timeout`
+    /// are closed on the way).
+    fn take(&self, timeout: Duration) -> Option<SendRequest<ProxyBody>> {
+        let mut idle = self.idle.lock().ok()?;
+        let now = Instant::now();
+        while idle
+            .front()
+            .is_some_and(|i| now.duration_since(i.since) >= timeout)
+        {
+            idle.pop_front();
+        }
+        while let Some(i) = idle.pop_back() {
+            if !i.sender.is_closed() {
+                return Some(i.sender);
+            }
+        }
+        None
+    }
+
+    /// Closes the connections idle for `timeout` or more, and any the origin closed.
+    fn sweep(&self, timeout: Duration) {
+        if let Ok(mut idle) = self.idle.lock() {
+            let now = Instant::now();
+            idle.retain(|i| now.duration_since(i.since) < timeout && !i.sender.is_closed());
+        }
+    }
+}
+
+impl Pool {
+    /// A pool for `origins` (all the origins requests may be routed to), connecting with
+    /// `connector`, reading responses with `builder`'s settings.
+    pub fn new<'a>(
+        origins: impl IntoIterator<Item = &'a OriginUrl>,
+        connector: HttpsConnector<HttpConnector>,
+        builder: http1::Builder,
+        idle_timeout: Duration,
+    ) -> Pool {
+        let mut shelves: [HashMap<Box<str>, Arc<Shelf>>; 2] = Default::default();
+        for o in origins {
+            shelves[usize::from(o.tls)]
+                .entry(o.authority.as_str().into())
+                .or_default();
+        }
+        Pool {
+            connector,
+            builder,
+            idle_timeout,
+            shelves,
+            sweeping: Arc::default(),
+        }
+    }
+
+    fn shelf(&self, origin: &OriginUrl) -> Option<&Arc<Shelf>> {
+        self.shelves[usize::from(origin.tls)].get(origin.authority.as_str())
+    }
+
+    /// Sends `request` (origin-form, with its `Host`) to `origin` on an idle connection, or on
+    /// a new one, and returns the response head; its body hands the connection back when read
+    /// to the end.
+    pub async fn send(
+        &self,
+        origin: &OriginUrl,
+        mut request: Request<ProxyBody>,
+    ) -> Result<Response<OriginBody>, PoolError> {
+        let shelf = self.shelf(origin).cloned();
+        loop {
+            let idle = shelf.as_ref().and_then(|s| s.take(self.idle_timeout));
+            let reused = idle.is_some();
+            let mut sender = match idle {
+                Some(s) => s,
+                None => self.connect(origin).await?,
+            };
+            // An idle connection may still be finishing the response it last carried.
+            if reused && sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    self.sweep_in_background();
+                    let lease = shelf.map(|home| Lease { sender, home });
+                    return Ok(response.map(|inner| OriginBody { inner, lease }));
+                }
+                Err(mut e) => match e.take_message() {
+                    // Never written: the origin closed the connection while it was idle.
+                    Some(unsent) if reused => request = unsent,
+                    _ => return Err(PoolError::Http(e.into_error())),
+                },
+            }
+        }
+    }
+
+    async fn connect(&self, origin: &OriginUrl) -> Result<SendRequest<ProxyBody>, PoolError> {
+        let uri = Uri::builder()
+            .scheme(origin.scheme())
+            .authority(origin.authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| PoolError::Connect(Box::new(e)))?;
+        let mut connector = self.connector.clone();
+        std::future::poll_fn(|cx| connector.poll_ready(cx))
+            .await
+            .map_err(PoolError::Connect)?;
+        let stream = connector.call(uri).await.map_err(PoolError::Connect)?;
+        let (sender, connection) = self.builder.handshake(stream).await?;
+        // On this worker's event loop, beside the requests that use it.
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "origin connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// Starts, on this thread's event loop, the task that closes connections idle too long
+    /// (once; again if that loop has gone).
+    fn sweep_in_background(&self) {
+        if self.sweeping.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let shelves: Vec<Weak<Shelf>> = self
+            .shelves
+            .iter()
+            .flat_map(|m| m.values().map(Arc::downgrade))
+            .collect();
+        let timeout = self.idle_timeout;
+        let flag = Sweeping(Arc::clone(&self.sweeping));
+        tokio::spawn(async move {
+            let _flag = flag;
+            let every = (timeout / 2).max(Duration::from_millis(100));
+            loop {
+                tokio::time::sleep(every).await;
+                let mut alive = false;
+                for s in shelves.iter().filter_map(Weak::upgrade) {
+                    s.sweep(timeout);
+                    alive = true;
+                }
+                if !alive {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Idle connections, all origins together (for tests).
+    #[cfg(test)]
+    fn idle(&self) -> usize {
+        self.shelves
+            .iter()
+            .flat_map(|m| m.values())
+            .map(|s| s.idle.lock().map_or(0, |i| i.len()))
+            .sum()
+    }
+}
+
+/// Clears the pool's "sweeping" flag when the sweep task ends or its event loop drops it.
+struct Sweeping(Arc<AtomicBool>);
+
+impl Drop for Sweeping {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// A connection lent to one response, to go back on its shelf.
+struct Lease {
+    sender: SendRequest<ProxyBody>,
+    home: Arc<Shelf>,
+}
+
+/// An origin response's body. Read to the end, it hands its connection back to the pool.
+pub struct OriginBody {
+    inner: Incoming,
+    lease: Option<Lease>,
+}
+
+impl OriginBody {
+    /// A body with no connection to hand back (HTTP/2, where requests share the connection).
+    pub fn unpooled(inner: Incoming) -> OriginBody {
+        OriginBody { inner, lease: None }
+    }
+
+    fn release(&mut self) {
+        if let Some(l) = self.lease.take() {
+            l.home.put(l.sender);
+        }
+    }
+}
+
+impl Body for OriginBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => self.release(),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.release(),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for OriginBody {
+    fn drop(&mut self) {
+        // A body never polled because it has no bytes (HEAD, 304, Content-Length: 0) is done;
+        // one dropped half read is not, and its connection closes with the sender.
+        if self.inner.is_end_stream() {
+            self.release();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::empty;
+    use http_body_util::BodyExt;
+    use hyper_util::rt::TokioIo;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// Connections accepted and connections ended, as the origin saw them.
+    #[derive(Default)]
+    struct Seen {
+        opened: AtomicUsize,
+        closed: AtomicUsize,
+    }
+
+    /// A keep-alive origin on 127.0.0.1: `/big` is 1 MiB, anything else `hello`.
+    async fn origin() -> (OriginUrl, Arc<Seen>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Seen::default());
+        let s = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                s.opened.fetch_add(1, Ordering::SeqCst);
+                let s = Arc::clone(&s);
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                        let body = if req.uri().path() == "/big" {
+                            vec![b'x'; 1 << 20]
+                        } else {
+                            b"hello".to_vec()
+                        };
+                        Ok::<_, std::convert::Infallible>(Response::new(crate::body::full(
+                            bytes::Bytes::from(body),
+                        )))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                    s.closed.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        (url.parse().unwrap(), seen)
+    }
+
+    fn pool(origin: &OriginUrl, idle: Duration) -> Pool {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let tls = crate::tls::origin_client_config(None).unwrap();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        Pool::new([origin], connector, http1::Builder::new(), idle)
+    }
+
+    fn get(origin: &OriginUrl, path: &str, method: http::Method) -> Request<ProxyBody> {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, origin.authority.as_str())
+            .body(empty())
+            .unwrap()
+    }
+
+    async fn read(pool: &Pool, origin: &OriginUrl, path: &str) -> bytes::Bytes {
+        let r = pool
+            .send(origin, get(origin, path, http::Method::GET))
+            .await
+            .unwrap();
+        r.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_connection_read_to_the_end_carries_the_next_request() {
+        let (o, seen) = origin().await;
+        let p = pool(&o, Duration::from_secs(60));
+        for _ in 0..5 {
+            assert_eq!(&read(&p, &o, "/").await[..], b"hello");
+        }
+        assert_eq!(read(&p, &o, "/big").await.len(), 1 << 20);
+        // A HEAD response has no body to read: done as soon as it is dropped.
+        let head = p.send(&o, get(&o, "/", http::Method::HEAD)).await.unwrap();
+        drop(head);
+        assert_eq!(&read(&p, &o, "/").await[..], b"hello");
+        assert_eq!(seen.opened.load(Ordering::SeqCst), 1);
+        assert_eq!(p.idle(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_half_read_closes_its_connection() {
+        let (o, seen) = origin().await;
+        let p = pool(&o, Duration::from_secs(60));
+        let mut body = p
+            .send(&o, get(&o, "/big", http::Method::GET))
+            .await
+            .unwrap()
+            .into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert!(first.data_ref().is_some_and(|d| d.len() < 1 << 20));
+        drop(body);
+        assert_eq!(p.idle(), 0);
+        assert_eq!(&read(&p, &o, "/").await[..], b"hello");
+        assert_eq!(seen.opened.load(Ordering::SeqCst), 2);
+        // The origin sees the first one go.
+        for _ in 0..100 {
+            if seen.closed.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(seen.closed.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_closed_after_the_idle_timeout() {
+        let (o, seen) = origin().await;
+        let p = pool(&o, Duration::from_millis(200));
+        assert_eq!(&read(&p, &o, "/").await[..], b"hello");
+        assert_eq!(p.idle(), 1);
+        // The sweep (every 100 ms here) closes it with no request to notice.
+        for _ in 0..100 {
+            if seen.closed.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(seen.closed.load(Ordering::SeqCst), 1);
+        assert_eq!(p.idle(), 0);
+        assert_eq!(&read(&p, &o, "/").await[..], b"hello");
+        assert_eq!(seen.opened.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_origin_closed_while_idle_is_not_used() {
+        // An origin that closes every connection after one response without saying so
+        // (no `Connection: close`), as one whose keep-alive timeout is short does.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let o: OriginUrl = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let n = Arc::clone(&opened);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut got = Vec::new();
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => got.extend_from_slice(&buf[..k]),
+                        }
+                    }
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .await;
+                });
+            }
+        });
+        let p = pool(&o, Duration::from_secs(60));
+        for _ in 0..3 {
+            assert_eq!(&read(&p, &o, "/").await[..], b"ok");
+            // Time for the close to reach the idle connection.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let o: OriginUrl = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        drop(listener);
+        let p = pool(&o, Duration::from_secs(60));
+        let e = p.send(&o, get(&o, "/", http::Method::GET)).await.err();
+        assert!(matches!(e, Some(PoolError::Connect(_))), "{e:?}");
+    }
+}
