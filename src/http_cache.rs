@@ -243,35 +243,62 @@ pub const DEFAULT_FORWARDED_REQUEST_HEADERS: [&str; 17] = [
 /// Hop-by-hop headers (RFC 9110 §7.6.1), removed in both directions, plus any field the
 /// `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // One pass over the names present (most messages carry one of these at most, usually
-    // `Connection: keep-alive`), instead of a hashed lookup for every name that could be.
-    let fixed = |n: &HeaderName| {
-        n == header::CONNECTION
-            || n == header::PROXY_AUTHENTICATE
-            || n == header::PROXY_AUTHORIZATION
-            || n == header::TE
-            || n == header::TRAILER
-            || n == header::TRANSFER_ENCODING
-            || n == header::UPGRADE
-            || n.as_str() == "keep-alive"
-            || n.as_str() == "proxy-connection"
-    };
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|s| s.split(','))
-        .filter_map(|f| HeaderName::from_bytes(f.trim().as_bytes()).ok())
-        .filter(|n| !fixed(n))
-        .collect();
-    let gone: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| fixed(n) || named.contains(n))
-        .cloned()
-        .collect();
-    for name in gone {
+    // One pass over the names present, noting which hop-by-hop ones are (most messages carry
+    // one at most, usually `Connection: keep-alive`); nothing allocated unless `Connection`
+    // names a field that is not one of them.
+    let mut present = 0u16;
+    for name in headers.keys() {
+        if let Some(i) = hop_by_hop(name.as_str()) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
+    let mut named: Vec<HeaderName> = Vec::new();
+    for value in headers.get_all(header::CONNECTION) {
+        let Ok(text) = value.to_str() else { continue };
+        for option in text.split(',').map(str::trim) {
+            // `close` is an option, and a field of that name is reserved (RFC 9110 §7.6.1):
+            // removed only if present.
+            let skip = hop_by_hop(option).is_some()
+                || option.is_empty()
+                || (option.eq_ignore_ascii_case("close") && !headers.contains_key("close"));
+            if !skip {
+                if let Ok(n) = HeaderName::from_bytes(option.as_bytes()) {
+                    named.push(n);
+                }
+            }
+        }
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(*name);
+        }
+    }
+    for name in named {
         headers.remove(name);
     }
+}
+
+/// The hop-by-hop fields of RFC 9110 §7.6.1 and the legacy ones still seen.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "keep-alive",
+    "proxy-connection",
+];
+
+/// Which of [`HOP_BY_HOP`] `name` is (case-insensitively: `Connection` lists names as sent).
+fn hop_by_hop(name: &str) -> Option<usize> {
+    HOP_BY_HOP
+        .iter()
+        .position(|h| h.len() == name.len() && h.eq_ignore_ascii_case(name))
 }
 
 /// Header maps for the rules' unit tests.
@@ -407,6 +434,20 @@ mod tests {
         strip_hop_by_hop(&mut m);
         assert_eq!(m.len(), 2, "{m:?}");
         assert_eq!(m.get_all("etag").iter().count(), 2);
+        // Named in any case; the reserved `Close` field goes when present.
+        let mut m = h(&[
+            ("connection", "Close, KEEP-ALIVE, X-Three"),
+            ("close", "1"),
+            ("keep-alive", "timeout=5"),
+            ("x-three", "3"),
+            ("age", "1"),
+        ]);
+        strip_hop_by_hop(&mut m);
+        assert_eq!(m.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["age"]);
+        // No hop-by-hop field at all: nothing touched.
+        let mut m = h(&[("x-secret", "1"), ("age", "1")]);
+        strip_hop_by_hop(&mut m);
+        assert_eq!(m.len(), 2);
     }
 
     #[test]

@@ -74,18 +74,28 @@ impl CacheControl {
                         };
                     }
                 };
-                match name.to_ascii_lowercase().as_str() {
-                    "no-store" => cc.no_store = true,
-                    "no-cache" => cc.no_cache = true,
-                    "private" => cc.private = true,
-                    "public" => cc.public = true,
-                    "must-revalidate" | "proxy-revalidate" => cc.must_revalidate = true,
-                    "must-understand" => cc.must_understand = true,
-                    "max-age" => first(&mut cc.max_age, true),
-                    "s-maxage" => first(&mut cc.s_maxage, true),
-                    "stale-while-revalidate" => first(&mut cc.stale_while_revalidate, false),
-                    "stale-if-error" => first(&mut cc.stale_if_error, false),
-                    _ => {}
+                // Compared in place: no lowercased copy of each directive.
+                let is = |d: &str| name.eq_ignore_ascii_case(d);
+                if is("max-age") {
+                    first(&mut cc.max_age, true);
+                } else if is("public") {
+                    cc.public = true;
+                } else if is("no-cache") {
+                    cc.no_cache = true;
+                } else if is("no-store") {
+                    cc.no_store = true;
+                } else if is("private") {
+                    cc.private = true;
+                } else if is("s-maxage") {
+                    first(&mut cc.s_maxage, true);
+                } else if is("must-revalidate") || is("proxy-revalidate") {
+                    cc.must_revalidate = true;
+                } else if is("must-understand") {
+                    cc.must_understand = true;
+                } else if is("stale-while-revalidate") {
+                    first(&mut cc.stale_while_revalidate, false);
+                } else if is("stale-if-error") {
+                    first(&mut cc.stale_if_error, false);
                 }
             }
         }

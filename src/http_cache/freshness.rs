@@ -6,6 +6,7 @@ use super::directives::{CacheControl, DELTA_SECONDS_MAX};
 use super::NoStore;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
+use std::cell::Cell;
 use std::time::{Duration, SystemTime};
 
 /// Statuses this cache understands (RFC 9111 §5.2.2.3 `must-understand`): their semantics for
@@ -82,10 +83,28 @@ impl Freshness {
     }
 }
 
+thread_local! {
+    /// The last IMF-fixdate [`parse_date`] parsed on this thread, and its time.
+    static LAST_FIXDATE: Cell<Option<([u8; 29], SystemTime)>> = const { Cell::new(None) };
+}
+
 /// Parses an HTTP date in any of its three formats (RFC 9110 §5.6.7), also in the wrong letter
 /// case (`thu, 01 JAN 2026 00:00:00 gmt`), as real traffic sends it.
 pub fn parse_date(value: &str) -> Option<SystemTime> {
     let value = value.trim();
+    // An origin's `Date` changes once a second: the last IMF-fixdate (29 bytes) this thread
+    // parsed answers most calls without the parser.
+    if let Ok(fixdate) = <[u8; 29]>::try_from(value.as_bytes()) {
+        if let Some((last, t)) = LAST_FIXDATE.with(Cell::get) {
+            if last == fixdate {
+                return Some(t);
+            }
+        }
+        if let Ok(t) = httpdate::parse_http_date(value) {
+            LAST_FIXDATE.with(|c| c.set(Some((fixdate, t))));
+            return Some(t);
+        }
+    }
     if let Ok(t) = httpdate::parse_http_date(value) {
         return Some(t);
     }
@@ -325,6 +344,17 @@ mod tests {
 
     fn ok(hs: &[(&str, &str)]) -> Result<Freshness, NoStore> {
         storability(StatusCode::OK, &h(hs), false, &StoreRules::default(), t(0))
+    }
+
+    #[test]
+    fn the_remembered_date_is_only_ever_the_one_asked_for() {
+        for secs in [0, 0, 1, 1, 0, 86_400, 1] {
+            assert_eq!(parse_date(&date(secs)), Some(t(secs)), "{secs}");
+        }
+        // The same 29 bytes but not a date, after a date was remembered.
+        assert_eq!(parse_date(&date(2)), Some(t(2)));
+        assert_eq!(parse_date("Xue, 14 Nov 2023 22:13:22 GMT"), None);
+        assert_eq!(parse_date(&date(2)), Some(t(2)));
     }
 
     #[test]

@@ -146,7 +146,19 @@ impl Host {
         let name_len = text.len();
         if let Some(p) = port.filter(|p| *p != default_port) {
             text.push(':');
-            text.push_str(&p.to_string());
+            // The digits straight in (no formatted copy to append).
+            let mut digits = [0u8; 5];
+            let mut at = digits.len();
+            let mut rest = p;
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (rest % 10) as u8;
+                rest /= 10;
+                if rest == 0 {
+                    break;
+                }
+            }
+            text.extend(digits[at..].iter().map(|&d| char::from(d)));
         }
         Ok(Host { text, name_len })
     }
