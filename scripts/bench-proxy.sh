@@ -16,6 +16,11 @@
 #                  past the cache's capacity (256 MiB, the default); then resident memory
 #                  against what the cache accounts for (secondhit only; nginx keeps it on disk)
 #
+# Every scenario runs RUNS times (default 3), each round loading every cache once in turn, and a
+# table of medians follows, with each cache's requests/s over nginx's as the median of the
+# rounds' ratios: this machine is shared, and a cache run a few seconds after another can find
+# the machine busier (10-30 % between runs of the same build).
+#
 # Columns: requests/s, latency p50/p99, CPU per request (the cache's user+system CPU time over
 # the run / requests; nginx: master and workers), errors (non-2xx and socket errors), resident
 # memory after the run (nginx: the sum of its processes', shared pages counted in each).
@@ -28,6 +33,11 @@
 #          logging every request costs, in the same run
 #        ACCESS_LOG=1 BASELINE_LOG=1 BASELINE=... scripts/bench-proxy.sh
 #          the baseline logs too (to compare two builds' logging)
+#        ICOUNT=1 scripts/bench-proxy.sh
+#          also counts user-space instructions per request under valgrind's callgrind (installed
+#          from Debian if missing) for miss_1k and hit_1k: nginx (one process) and secondhit
+#          (one worker), each alone at 16 connections. Exact to a fraction of a per cent from run to
+#          run, where the timings above drift: what a code change saves shows here first
 #        LAB=1 scripts/bench-proxy.sh
 #          also runs this build with three shadow policies and the recording on (--shadow
 #          admit-all,nth-hit:3,second-hit:window=10m --record FILE): what the lab costs
@@ -39,6 +49,7 @@ command -v nginx >/dev/null && command -v wrk >/dev/null || {
 }
 cargo build --profile production --quiet  # LTO: what to deploy (Cargo.toml)
 DURATION=${DURATION:-8}
+RUNS=${RUNS:-3}
 SCENARIOS=${SCENARIOS:-hit_1k hit_16k_x1000 hit_1m hit_1k_c1000 miss_1k fill_1k}
 ulimit -n 65536 2>/dev/null || true
 dir=$(mktemp -d)
@@ -86,7 +97,8 @@ http {
   access_log ${NGINX_LOG};
   sendfile on;
   keepalive_requests 1000000;
-  proxy_cache_path $dir/cache levels=1:2 keys_zone=c:64m max_size=256m inactive=1h use_temp_path=off;
+  # A key a request for 3 rounds of miss_1k: 64m of keys zone fills, and nginx answers errors.
+  proxy_cache_path $dir/cache levels=1:2 keys_zone=c:512m max_size=256m inactive=1h use_temp_path=off;
   upstream origin { server 127.0.0.1:18081; keepalive 64; }
   server {
     listen 127.0.0.1:18082 backlog=4096;
@@ -165,9 +177,13 @@ rss_mib() { local k=0; for p in "$@"; do k=$((k + $(awk '/^VmRSS/{print $2}' "/p
 hz=$(getconf CLK_TCK)
 
 fills=""
-printf '| scenario | cache | requests/s | p50 | p99 | CPU us/request | errors | RSS MiB | X-Cache |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n'
+summary=""
+printf '| scenario | round | cache | requests/s | p50 | p99 | CPU us/request | errors | RSS MiB | X-Cache |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n'
 run=0
 for scenario in $SCENARIOS; do
+  rounds=$RUNS; [ "$scenario" = fill_1k ] && rounds=1
+  : > "$dir/results"
+  for round in $(seq 1 "$rounds"); do
   for port in $ports; do
     if [ "$scenario" = fill_1k ]; then
       [ "$port" = 18082 ] && continue
@@ -211,9 +227,37 @@ for scenario in $SCENARIOS; do
     lat() { echo "$out" | awk -v p="$1" '$1==p{print $2}'; }
     errors=$(echo "$out" | awk '/Non-2xx/{n+=$NF} /Socket errors/{gsub(",","");n+=$4+$6+$8+$10} END{print n+0}')
     cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$total" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}')
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$scenario" "$name" "$rps" "$(lat 50%)" "$(lat 99%)" "$cpu" "$errors" "$(rss_mib $pids)" "$xc"
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$scenario" "$round" "$name" "$rps" "$(lat 50%)" "$(lat 99%)" "$cpu" "$errors" "$(rss_mib $pids)" "$xc"
+    echo "$round $port $rps $cpu $(lat 99%) $errors" >> "$dir/results"
+  done
+  done
+  [ "$scenario" = fill_1k ] && continue
+  # Medians over the rounds; the ratio is the median of each round's secondhit / nginx.
+  for port in $ports; do
+    case $port in
+      18082) name="nginx proxy_cache, min_uses 2" ;;
+      18083) name="secondhit serve" ;;
+      *) if [ -n "${LAB:-}" ]; then name="secondhit + lab"; else name="baseline"; fi ;;
+    esac
+    summary+=$(awk -v p="$port" -v sc="$scenario" -v name="$name" '
+      function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+      function ms(x) { if (x ~ /us$/) return x / 1000; if (x ~ /ms$/) return x + 0; if (x ~ /s$/) return x * 1000; return x + 0 }
+      { rps[$1, $2] = $3; cpu[$1, $2] = $4; p99[$1, $2] = ms($5); err[$1, $2] += $6; if ($1 > rounds) rounds = $1 }
+      END {
+        for (r = 1; r <= rounds; r++) { a[r] = rps[r, p]; c[r] = cpu[r, p]; l[r] = p99[r, p]; q[r] = rps[r, p] / rps[r, 18082]; e += err[r, p] }
+        mr = median(a, rounds); mc = median(c, rounds); ml = median(l, rounds); mq = median(q, rounds)
+        printf "| %s | %s | %.0f | %.2f ms | %.1f | %d | %s |\n", sc, name, mr, ml, mc, e, (p == 18082 ? "1" : sprintf("%.2f", mq)) }' "$dir/results")$'\n'
   done
 done
+if [ -n "$summary" ]; then
+  echo
+  echo "Medians over $RUNS rounds (each round runs every cache once, in turn):"
+  echo
+  echo '| scenario | cache | requests/s | p99 | CPU us/request | errors (all rounds) | requests/s / nginx |'
+  echo '|---|---|---:|---:|---:|---:|---:|'
+  printf '%s' "$summary"
+fi
 if [ -n "$fills" ]; then
   echo
   echo '| fill_1k | entries | cache_bytes MiB | bytes an entry | RSS MiB | RSS / cache_bytes | goal (1.2 x cache_bytes + 64 MiB) / RSS |'
@@ -224,4 +268,68 @@ if [ -n "${ACCESS_LOG:-}" ]; then
   echo
   echo "access log lines: nginx $(wc -l < "$dir/logs/nginx-access.log"), secondhit $(wc -l < "$dir/logs/secondhit-access.log")"
   curl -s http://127.0.0.1:18093/metrics | grep '^secondhit_access_log_dropped_total' || true; echo
+fi
+
+if [ -n "${ICOUNT:-}" ]; then
+  command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+  cat > "$dir/icount.conf" <<NGINX
+worker_processes 1;
+master_process off;
+daemon off;
+pid $dir/icount-nginx.pid;
+error_log $dir/logs/icount-error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  proxy_cache_path $dir/cache-icount levels=1:2 keys_zone=i:64m max_size=256m inactive=1h use_temp_path=off;
+  upstream origin { server 127.0.0.1:18081; keepalive 64; }
+  server {
+    listen 127.0.0.1:18085;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_cache i;
+      proxy_cache_min_uses 2;
+    }
+  }
+}
+NGINX
+  mkdir -p "$dir/cache-icount"; chmod 777 "$dir/cache-icount"
+  # Instructions per request: counters zeroed after a warm-up, dumped after a timed run.
+  icount() {  # name port scenario -- command...
+    local name=$1 port=$2 scenario=$3; shift 4
+    valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$port.%p" "$@" 2>"$dir/logs/valgrind-$port.log" &
+    local pid=$!
+    for _ in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$port/obj-1k" && break; sleep 0.5; done
+    local args=() path=/obj-1k
+    [ "$scenario" = miss_1k ] && args=(-s "$dir/unique.lua") && path=/obj-1k?u=icount
+    wrk -t1 -c16 -d3s "${args[@]}" "http://127.0.0.1:$port$path" -- "icount-warm-$port" >/dev/null
+    callgrind_control -z "$pid" >/dev/null
+    local n
+    n=$(wrk -t1 -c16 -d6s "${args[@]}" "http://127.0.0.1:$port$path" -- "icount-$port" | awk '/requests in/{print $1}')
+    callgrind_control -d "$pid" >/dev/null
+    sleep 1
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+    local ir
+    ir=$(awk '/^summary:/{s = $2} END{print s + 0}' "$dir/cg.$port.$pid.1")
+    rm -f "$dir"/cg.$port.*
+    printf '| %s | %s | %d | %d |\n' "$scenario" "$name" "$n" $((ir / n))
+  }
+  echo
+  echo "User-space instructions per request (callgrind):"
+  echo
+  echo '| scenario | cache | requests counted | instructions / request |'
+  echo '|---|---|---:|---:|'
+  for scenario in miss_1k hit_1k; do
+    icount "nginx proxy_cache, min_uses 2" 18085 $scenario -- nginx -p "$dir" -c "$dir/icount.conf"
+    icount "secondhit serve" 18086 $scenario -- target/production/secondhit serve --origin http://127.0.0.1:18081 \
+      --listen 127.0.0.1:18086 --admin-listen 127.0.0.1:18096 --log-level warn --workers 1
+    if [ -n "${BASELINE:-}" ] && [ -z "${LAB:-}" ]; then
+      icount "baseline" 18087 $scenario -- "$BASELINE" serve --origin http://127.0.0.1:18081 \
+        --listen 127.0.0.1:18087 --admin-listen 127.0.0.1:18097 --log-level warn --workers 1
+    fi
+  done
 fi
