@@ -36,6 +36,10 @@ pub enum SendError {
     /// From hyper-util's client.
     #[error(transparent)]
     Client(#[from] hyper_util::client::legacy::Error),
+    /// The absolute URI hyper-util's client needs could not be made (never, from a
+    /// configured origin and a checked path).
+    #[error("origin URI: {0}")]
+    Uri(#[from] http::Error),
 }
 
 impl SendError {
@@ -50,7 +54,14 @@ impl SendError {
                     OriginError::Connect
                 };
             }
-            SendError::Pool(PoolError::Http(e)) => Some(e),
+            SendError::Pool(PoolError::Http(e)) => {
+                // A TLS failure after the handshake (an alert) reaches us as hyper's I/O error.
+                if crate::tls::is_tls_error(e) {
+                    return OriginError::Tls;
+                }
+                Some(e)
+            }
+            SendError::Uri(_) => None,
             SendError::Client(e) => {
                 if crate::tls::is_tls_error(e) {
                     return OriginError::Tls;
@@ -139,7 +150,7 @@ pub fn set_worker(index: usize) {
 
 impl Origins {
     /// Builds the routing table and the client from a validated configuration: connect timeout,
-    /// idle pooled connections closed after `origin_idle` (the pool needs a timer for that), and
+    /// idle pooled connections closed after `origin_idle`, and
     /// the client's read buffer capped at `limits.max_origin_header_bytes`, which bounds both an
     /// origin's header block and the size of each body chunk read from it. `https://` origins
     /// are verified against the webpki roots and `tls.origin_ca_file`, with SNI from the
@@ -235,9 +246,7 @@ impl Origins {
                 if let Some(pq) = request.uri().path_and_query() {
                     absolute = absolute.path_and_query(pq.clone());
                 }
-                *request.uri_mut() = absolute
-                    .build()
-                    .map_err(|e| SendError::Pool(PoolError::Connect(Box::new(e))))?;
+                *request.uri_mut() = absolute.build()?;
                 let response = clients[i % clients.len()].request(request).await?;
                 Ok(response.map(OriginBody::unpooled))
             }

@@ -78,8 +78,8 @@ impl Shelf {
         }
     }
 
-    /// The most recently used idle connection that is still open (older ones past `timeout`
-    /// are closed on the way).
+    /// The most recently used idle connection that is ready for a request (older ones past
+    /// `timeout`, and any the origin closed, are dropped on the way).
     fn take(&self, timeout: Duration) -> Option<SendRequest<ProxyBody>> {
         let mut idle = self.idle.lock().ok()?;
         let now = Instant::now();
@@ -90,7 +90,7 @@ impl Shelf {
             idle.pop_front();
         }
         while let Some(i) = idle.pop_back() {
-            if !i.sender.is_closed() {
+            if i.sender.is_ready() {
                 return Some(i.sender);
             }
         }
@@ -150,10 +150,6 @@ impl Pool {
                 Some(s) => s,
                 None => self.connect(origin).await?,
             };
-            // An idle connection may still be finishing the response it last carried.
-            if reused && sender.ready().await.is_err() {
-                continue;
-            }
             match sender.try_send_request(request).await {
                 Ok(response) => {
                     self.sweep_in_background();
@@ -254,14 +250,34 @@ pub struct OriginBody {
 }
 
 impl OriginBody {
-    /// A body with no connection to hand back (HTTP/2, where requests share the connection).
+    /// A body from hyper-util's client (with `tls.origin_http2`), which returns its connections
+    /// itself.
     pub fn unpooled(inner: Incoming) -> OriginBody {
         OriginBody { inner, lease: None }
     }
 
+    /// Hands the connection back: at once if it is ready for another request (hyper's
+    /// dispatcher goes idle in the poll that delivers the last bytes); else, when it is. A
+    /// connection stays busy after its response while the request's body is still going up (an
+    /// origin that answers a POST before reading all of it), and must not be lent meanwhile.
     fn release(&mut self) {
-        if let Some(l) = self.lease.take() {
-            l.home.put(l.sender);
+        let Some(Lease { mut sender, home }) = self.lease.take() else {
+            return;
+        };
+        if sender.is_ready() {
+            home.put(sender);
+            return;
+        }
+        // Off an event loop (a body dropped at shutdown) the connection just closes.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if std::future::poll_fn(|cx| sender.poll_ready(cx))
+                    .await
+                    .is_ok()
+                {
+                    home.put(sender);
+                }
+            });
         }
     }
 }
@@ -474,6 +490,80 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+
+    /// A request body that sends one chunk and then never ends (a slow upload).
+    struct Stalled(bool);
+
+    impl Body for Stalled {
+        type Data = bytes::Bytes;
+        type Error = crate::body::BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<bytes::Bytes>, Self::Error>>> {
+            if self.0 {
+                return Poll::Pending;
+            }
+            self.0 = true;
+            Poll::Ready(Some(Ok(Frame::data(bytes::Bytes::from_static(b"part")))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_still_carrying_an_upload_is_not_lent() {
+        // An origin that answers a POST at once, before its body is in, and reads on; and
+        // answers a GET with `ok`.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let o: OriginUrl = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let n = Arc::clone(&opened);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    loop {
+                        let mut got = Vec::new();
+                        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => got.extend_from_slice(&buf[..k]),
+                            }
+                        }
+                        if got.starts_with(b"POST") {
+                            let _ = stream
+                                .write_all(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
+                                .await;
+                            while matches!(stream.read(&mut buf).await, Ok(k) if k > 0) {}
+                            return;
+                        }
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                            .await;
+                    }
+                });
+            }
+        });
+        let p = pool(&o, Duration::from_secs(60));
+        let post = Request::builder()
+            .method(http::Method::POST)
+            .uri("/upload")
+            .header(http::header::HOST, o.authority.as_str())
+            .body(Stalled(false).boxed())
+            .unwrap();
+        let answer = p.send(&o, post).await.unwrap();
+        assert_eq!(answer.status(), http::StatusCode::PAYLOAD_TOO_LARGE);
+        // Its (empty) body is done, but the upload is not: the connection stays off the shelf.
+        drop(answer);
+        assert_eq!(p.idle(), 0);
+        let got = tokio::time::timeout(Duration::from_secs(5), read(&p, &o, "/"))
+            .await
+            .expect("a GET must not wait behind the upload");
+        assert_eq!(&got[..], b"ok");
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
