@@ -455,10 +455,13 @@ mod tests {
         assert_eq!(seen.opened.load(Ordering::SeqCst), 2);
     }
 
-    #[tokio::test]
-    async fn a_connection_the_origin_closed_while_idle_is_not_used() {
-        // An origin that closes every connection after one response without saying so
-        // (no `Connection: close`), as one whose keep-alive timeout is short does.
+    /// An origin on 127.0.0.1 that serves each connection with `serve`, and the number of
+    /// connections it has accepted.
+    async fn raw_origin<F, Fut>(serve: F) -> (OriginUrl, Arc<AtomicUsize>)
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let o: OriginUrl = format!("http://{}", listener.local_addr().unwrap())
             .parse()
@@ -466,23 +469,39 @@ mod tests {
         let opened = Arc::new(AtomicUsize::new(0));
         let n = Arc::clone(&opened);
         tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
+            while let Ok((stream, _)) = listener.accept().await {
                 n.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    let mut got = Vec::new();
-                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(k) => got.extend_from_slice(&buf[..k]),
-                        }
-                    }
-                    let _ = stream
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                        .await;
-                });
+                tokio::spawn(serve(stream));
             }
         });
+        (o, opened)
+    }
+
+    /// Reads up to the end of a request head (`None`: the connection ended first).
+    async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+        let mut buf = [0u8; 4096];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+            }
+        }
+        Some(got)
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_origin_closed_while_idle_is_not_used() {
+        // An origin that closes every connection after one response without saying so
+        // (no `Connection: close`), as one whose keep-alive timeout is short does.
+        let (o, opened) = raw_origin(|mut stream| async move {
+            if read_head(&mut stream).await.is_some() {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
+            }
+        })
+        .await;
         let p = pool(&o, Duration::from_secs(60));
         for _ in 0..3 {
             assert_eq!(&read(&p, &o, "/").await[..], b"ok");
@@ -514,39 +533,22 @@ mod tests {
     async fn a_connection_still_carrying_an_upload_is_not_lent() {
         // An origin that answers a POST at once, before its body is in, and reads on; and
         // answers a GET with `ok`.
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let o: OriginUrl = format!("http://{}", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        let opened = Arc::new(AtomicUsize::new(0));
-        let n = Arc::clone(&opened);
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                n.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    loop {
-                        let mut got = Vec::new();
-                        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match stream.read(&mut buf).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(k) => got.extend_from_slice(&buf[..k]),
-                            }
-                        }
-                        if got.starts_with(b"POST") {
-                            let _ = stream
-                                .write_all(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
-                                .await;
-                            while matches!(stream.read(&mut buf).await, Ok(k) if k > 0) {}
-                            return;
-                        }
-                        let _ = stream
-                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                            .await;
-                    }
-                });
+        let (o, opened) = raw_origin(|mut stream| async move {
+            while let Some(head) = read_head(&mut stream).await {
+                if head.starts_with(b"POST") {
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
+                        .await;
+                    let mut rest = [0u8; 4096];
+                    while matches!(stream.read(&mut rest).await, Ok(k) if k > 0) {}
+                    return;
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
             }
-        });
+        })
+        .await;
         let p = pool(&o, Duration::from_secs(60));
         let post = Request::builder()
             .method(http::Method::POST)
