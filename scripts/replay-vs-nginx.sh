@@ -2,9 +2,9 @@
 # Live trace replay through secondhit serve and through nginx proxy_cache with
 # proxy_cache_min_uses 2, both in front of the same secondhit origin, same trace, same machine.
 # Hit ratios come from X-Cache (both send it here) and, independently, from the origin's counters.
-# A third run gives secondhit the space nginx's cache really took (nginx's min_uses sightings
-# crowd its LRU queue on a trace of one-hit wonders, and its cache manager lets the cache grow
-# past max_size): the two caches compared on the same memory as well as the same setting.
+# A third run gives secondhit the space nginx's cache really took (nginx's cache manager evicts
+# in the background and falls behind a saturating replay, with min_uses 2 as with 1, so its cache
+# grows past max_size): the two caches compared on the same memory as well as the same setting.
 #
 # usage: scripts/replay-vs-nginx.sh [REQUESTS] [CONCURRENCY]   (installs nginx from Debian if missing)
 #        SYNTH=1 scripts/replay-vs-nginx.sh 200000 64
@@ -65,7 +65,7 @@ for cache in nginx secondhit secondhit-as-nginx; do
   if [ $cache = nginx ]; then
     rm -rf "$dir/cache"/*; nginx -p "$dir" -c "$dir/nginx.conf"; port=18082
   else
-    # The second secondhit run gets the space nginx's cache really took.
+    # The third run (secondhit-as-nginx) gets the space nginx's cache really took.
     capacity=$ws; [ $cache = secondhit-as-nginx ] && capacity=$nginx_held
     $bin serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 \
       --capacity "$capacity" --max-object-size "$ws" --log-level warn 2>/dev/null & echo $! > "$dir/serve.pid"; port=18083
