@@ -1,8 +1,9 @@
 //! The origins: which configured origin serves a request, and pooled keep-alive connections to
 //! them over HTTP or HTTPS ([`pool`], one per worker thread; hyper-util's pooled client only
-//! when `tls.origin_http2` lets requests share a connection). Only configured origins are ever
-//! contacted.
+//! when `tls.origin_http2` lets requests share a connection), with a lean HTTP/1.1 exchange
+//! for requests without a body ([`h1`]). Only configured origins are ever contacted.
 
+pub mod h1;
 pub mod pool;
 
 use crate::body::ProxyBody;
@@ -14,7 +15,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-pub use pool::{OriginBody, PoolError};
+pub use pool::{BodyError, OriginBody, PoolError};
 use std::collections::HashMap;
 
 /// hyper-util's pooled client, for origins that may speak HTTP/2 (`tls.origin_http2`).
@@ -60,6 +61,15 @@ impl SendError {
                     return OriginError::Tls;
                 }
                 Some(e)
+            }
+            SendError::Pool(PoolError::Lean(e)) => {
+                return match e {
+                    h1::H1Error::TooLarge(_) | h1::H1Error::TooManyFields => {
+                        OriginError::HeadersTooLarge
+                    }
+                    h1::H1Error::Io(io) if crate::tls::is_tls_error(io) => OriginError::Tls,
+                    _ => OriginError::Other,
+                };
             }
             SendError::Uri(_) => None,
             SendError::Client(e) => {
@@ -198,6 +208,7 @@ impl Origins {
                             connector.clone(),
                             h1.clone(),
                             config.timeouts.origin_idle,
+                            config.limits.max_origin_header_bytes,
                         )
                     })
                     .collect(),

@@ -13,14 +13,20 @@
 //! closed it while idle) is sent again on another, at most once on a new one; idle connections
 //! are closed after `origin_idle` (checked on every use, and by a sweep every half of it); the
 //! connect timeout, `TCP_NODELAY` and TLS come from the same connector.
+//!
+//! Requests without a body (GET and HEAD: every miss of a cache) skip hyper's client and take
+//! [`h1`](super::h1)'s lean exchange on connections of their own; requests with a body keep
+//! hyper's, which sends the body while the response comes back.
 
+use super::h1;
 use crate::body::ProxyBody;
 use crate::config::OriginUrl;
-use http::{Request, Response, Uri};
+use http::{header, Method, Request, Response, Uri};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +47,9 @@ pub enum PoolError {
     /// The connection failed while sending or before the response head.
     #[error(transparent)]
     Http(#[from] hyper::Error),
+    /// The lean exchange of a bodyless request failed before the response head.
+    #[error(transparent)]
+    Lean(#[from] h1::H1Error),
 }
 
 /// One worker's connections, an idle shelf per origin.
@@ -48,19 +57,28 @@ pub struct Pool {
     connector: HttpsConnector<HttpConnector>,
     builder: http1::Builder,
     idle_timeout: Duration,
+    /// The largest response head accepted, and the most read from a body at a time.
+    max_head: usize,
     /// Keyed by authority, one map for `http` origins and one for `https`.
     shelves: [HashMap<Box<str>, Arc<Shelf>>; 2],
     sweeping: Arc<AtomicBool>,
 }
 
-/// The idle connections to one origin, the most recently used last.
+/// The idle connections to one origin, the most recently used last: hyper's, for requests
+/// with a body, and the lean exchange's.
 #[derive(Default)]
 struct Shelf {
     idle: Mutex<VecDeque<Idle>>,
+    lean: Mutex<VecDeque<LeanIdle>>,
 }
 
 struct Idle {
     sender: SendRequest<ProxyBody>,
+    since: Instant,
+}
+
+struct LeanIdle {
+    conn: Box<h1::Conn>,
     since: Instant,
 }
 
@@ -97,23 +115,58 @@ impl Shelf {
         None
     }
 
+    /// Puts a lean connection whose last response has been read whole back for the next
+    /// request.
+    fn put_lean(&self, conn: Box<h1::Conn>) {
+        if let Ok(mut lean) = self.lean.lock() {
+            lean.push_back(LeanIdle {
+                conn,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// The most recently used lean connection the origin has not closed (older ones past
+    /// `timeout`, and closed ones, are dropped on the way).
+    fn take_lean(&self, timeout: Duration) -> Option<Box<h1::Conn>> {
+        let mut lean = self.lean.lock().ok()?;
+        let now = Instant::now();
+        while lean
+            .front()
+            .is_some_and(|i| now.duration_since(i.since) >= timeout)
+        {
+            lean.pop_front();
+        }
+        while let Some(mut i) = lean.pop_back() {
+            if i.conn.usable() {
+                return Some(i.conn);
+            }
+        }
+        None
+    }
+
     /// Closes the connections idle for `timeout` or more, and any the origin closed.
     fn sweep(&self, timeout: Duration) {
+        let now = Instant::now();
         if let Ok(mut idle) = self.idle.lock() {
-            let now = Instant::now();
             idle.retain(|i| now.duration_since(i.since) < timeout && !i.sender.is_closed());
+        }
+        if let Ok(mut lean) = self.lean.lock() {
+            lean.retain_mut(|i| now.duration_since(i.since) < timeout && i.conn.usable());
         }
     }
 }
 
 impl Pool {
     /// A pool for `origins` (all the origins requests may be routed to), connecting with
-    /// `connector`, reading responses with `builder`'s settings.
+    /// `connector`, reading responses with `builder`'s settings (hyper's) and at most
+    /// `max_head` bytes of response head (the lean exchange's).
     pub fn new<'a>(
         origins: impl IntoIterator<Item = &'a OriginUrl>,
         connector: HttpsConnector<HttpConnector>,
         builder: http1::Builder,
         idle_timeout: Duration,
+        max_head: usize,
     ) -> Pool {
         let mut shelves: [HashMap<Box<str>, Arc<Shelf>>; 2] = Default::default();
         for o in origins {
@@ -125,6 +178,7 @@ impl Pool {
             connector,
             builder,
             idle_timeout,
+            max_head,
             shelves,
             sweeping: Arc::default(),
         }
@@ -143,6 +197,9 @@ impl Pool {
         mut request: Request<ProxyBody>,
     ) -> Result<Response<OriginBody>, PoolError> {
         let shelf = self.shelf(origin).cloned();
+        if bodyless(&request) {
+            return self.send_lean(origin, request, shelf).await;
+        }
         loop {
             let idle = shelf.as_ref().and_then(|s| s.take(self.idle_timeout));
             let reused = idle.is_some();
@@ -154,7 +211,9 @@ impl Pool {
                 Ok(response) => {
                     self.sweep_in_background();
                     let lease = shelf.map(|home| Lease { sender, home });
-                    return Ok(response.map(|inner| OriginBody { inner, lease }));
+                    return Ok(response.map(|body| OriginBody {
+                        inner: Inner::Hyper { body, lease },
+                    }));
                 }
                 Err(mut e) => match e.take_message() {
                     // Never written: the origin closed the connection while it was idle.
@@ -165,7 +224,54 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, origin: &OriginUrl) -> Result<SendRequest<ProxyBody>, PoolError> {
+    /// [`send`](Pool::send) for a request without a body, by the lean exchange: on an idle
+    /// connection, or a new one. A reused connection that took the request and closed without
+    /// a byte of answer (the origin timed it out as it was sent) costs one more try: GET and
+    /// HEAD are safe to send again.
+    async fn send_lean(
+        &self,
+        origin: &OriginUrl,
+        request: Request<ProxyBody>,
+        shelf: Option<Arc<Shelf>>,
+    ) -> Result<Response<OriginBody>, PoolError> {
+        loop {
+            let idle = shelf.as_ref().and_then(|s| s.take_lean(self.idle_timeout));
+            let reused = idle.is_some();
+            let mut conn = match idle {
+                Some(c) => c,
+                None => Box::new(h1::Conn::new(TokioIo::new(
+                    self.connect_stream(origin).await?,
+                ))),
+            };
+            match conn.exchange(&request, self.max_head).await {
+                Ok(head) => {
+                    self.sweep_in_background();
+                    let body = OriginBody {
+                        inner: Inner::Lean {
+                            conn: Some(conn),
+                            state: head.body,
+                            reuse: head.keep_alive,
+                            home: shelf,
+                            max_read: self.max_head,
+                        },
+                    };
+                    let mut response = Response::new(body);
+                    *response.status_mut() = head.status;
+                    *response.version_mut() = head.version;
+                    *response.headers_mut() = head.headers;
+                    return Ok(response);
+                }
+                Err((_, true)) if reused => {}
+                Err((e, _)) => return Err(PoolError::Lean(e)),
+            }
+        }
+    }
+
+    /// A new connection to `origin` from the connector (TCP, TLS over it for `https`).
+    async fn connect_stream(
+        &self,
+        origin: &OriginUrl,
+    ) -> Result<<HttpsConnector<HttpConnector> as Service<Uri>>::Response, PoolError> {
         let uri = Uri::builder()
             .scheme(origin.scheme())
             .authority(origin.authority.clone())
@@ -176,7 +282,11 @@ impl Pool {
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
             .map_err(PoolError::Connect)?;
-        let stream = connector.call(uri).await.map_err(PoolError::Connect)?;
+        connector.call(uri).await.map_err(PoolError::Connect)
+    }
+
+    async fn connect(&self, origin: &OriginUrl) -> Result<SendRequest<ProxyBody>, PoolError> {
+        let stream = self.connect_stream(origin).await?;
         let (sender, connection) = self.builder.handshake(stream).await?;
         // On this worker's event loop, beside the requests that use it.
         tokio::spawn(async move {
@@ -217,15 +327,27 @@ impl Pool {
         });
     }
 
-    /// Idle connections, all origins together (for tests).
+    /// Idle connections, all origins together, both kinds (for tests).
     #[cfg(test)]
     fn idle(&self) -> usize {
         self.shelves
             .iter()
             .flat_map(|m| m.values())
-            .map(|s| s.idle.lock().map_or(0, |i| i.len()))
+            .map(|s| s.idle.lock().map_or(0, |i| i.len()) + s.lean.lock().map_or(0, |i| i.len()))
             .sum()
     }
+}
+
+/// Whether `request` has no body to send (GET or HEAD, nothing framed), and so takes the lean
+/// exchange.
+fn bodyless(request: &Request<ProxyBody>) -> bool {
+    matches!(*request.method(), Method::GET | Method::HEAD)
+        && request.body().is_end_stream()
+        && !request.headers().contains_key(header::TRANSFER_ENCODING)
+        && request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .is_none_or(|v| v == "0")
 }
 
 /// Clears the pool's "sweeping" flag when the sweep task ends or its event loop drops it.
@@ -243,76 +365,172 @@ struct Lease {
     home: Arc<Shelf>,
 }
 
+/// Why an origin response's body broke off.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// From hyper's client.
+    #[error(transparent)]
+    Hyper(#[from] hyper::Error),
+    /// From the lean exchange.
+    #[error(transparent)]
+    Lean(#[from] h1::H1Error),
+}
+
 /// An origin response's body. Read to the end, it hands its connection back to the pool.
 pub struct OriginBody {
-    inner: Incoming,
-    lease: Option<Lease>,
+    inner: Inner,
+}
+
+enum Inner {
+    /// From hyper's client, with the connection it came on (none from hyper-util's client).
+    Hyper {
+        body: Incoming,
+        lease: Option<Lease>,
+    },
+    /// From the lean exchange, read off the connection as it is polled.
+    Lean {
+        /// None once the body failed (the connection is closed). Boxed: a connection holds
+        /// TLS state inline (a few KiB), copied on every move of the response otherwise.
+        conn: Option<Box<h1::Conn>>,
+        state: h1::BodyState,
+        /// Whether the response let the connection carry another request.
+        reuse: bool,
+        home: Option<Arc<Shelf>>,
+        max_read: usize,
+    },
 }
 
 impl OriginBody {
     /// A body from hyper-util's client (with `tls.origin_http2`), which returns its connections
     /// itself.
-    pub fn unpooled(inner: Incoming) -> OriginBody {
-        OriginBody { inner, lease: None }
+    pub fn unpooled(body: Incoming) -> OriginBody {
+        OriginBody {
+            inner: Inner::Hyper { body, lease: None },
+        }
     }
 
-    /// Hands the connection back: at once if it is ready for another request (hyper's
+    /// Hands the connection back. hyper's: at once if it is ready for another request (hyper's
     /// dispatcher goes idle in the poll that delivers the last bytes); else, when it is. A
     /// connection stays busy after its response while the request's body is still going up (an
     /// origin that answers a POST before reading all of it), and must not be lent meanwhile.
+    /// A lean one: if its response allowed it and nothing followed the body.
     fn release(&mut self) {
-        let Some(Lease { mut sender, home }) = self.lease.take() else {
-            return;
-        };
-        if sender.is_ready() {
-            home.put(sender);
-            return;
-        }
-        // Off an event loop (a body dropped at shutdown) the connection just closes.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if std::future::poll_fn(|cx| sender.poll_ready(cx))
-                    .await
-                    .is_ok()
-                {
-                    home.put(sender);
+        match &mut self.inner {
+            Inner::Hyper { lease, .. } => {
+                if let Some(Lease { sender, home }) = lease.take() {
+                    release_hyper(sender, home);
                 }
-            });
+            }
+            Inner::Lean {
+                conn, reuse, home, ..
+            } => {
+                if let (Some(c), Some(home), true) = (conn.take(), home.take(), *reuse) {
+                    if c.is_clean() {
+                        home.put_lean(c);
+                    }
+                }
+            }
         }
+    }
+}
+
+fn release_hyper(mut sender: SendRequest<ProxyBody>, home: Arc<Shelf>) {
+    if sender.is_ready() {
+        home.put(sender);
+        return;
+    }
+    // Off an event loop (a body dropped at shutdown) the connection just closes.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            if std::future::poll_fn(|cx| sender.poll_ready(cx))
+                .await
+                .is_ok()
+            {
+                home.put(sender);
+            }
+        });
     }
 }
 
 impl Body for OriginBody {
     type Data = bytes::Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => self.release(),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.release(),
-            _ => {}
+        let polled = match &mut self.inner {
+            Inner::Hyper { body, .. } => {
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                let ended = match &polled {
+                    Poll::Ready(None) => true,
+                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+                    _ => false,
+                };
+                if ended {
+                    self.release();
+                }
+                return polled.map_err(BodyError::Hyper);
+            }
+            Inner::Lean {
+                conn: None, state, ..
+            } => {
+                *state = h1::BodyState::Done;
+                return Poll::Ready(None);
+            }
+            Inner::Lean {
+                conn: Some(c),
+                state,
+                max_read,
+                ..
+            } => std::task::ready!(c.poll_body(cx, state, *max_read)),
+        };
+        match polled {
+            None => {
+                self.release();
+                Poll::Ready(None)
+            }
+            Some(Ok(data)) => {
+                if matches!(&self.inner, Inner::Lean { state, .. } if state.is_done()) {
+                    self.release();
+                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Some(Err(e)) => {
+                if let Inner::Lean { conn, state, .. } = &mut self.inner {
+                    *conn = None; // closed: what it held no longer frames anything
+                    *state = h1::BodyState::Done;
+                }
+                Poll::Ready(Some(Err(BodyError::Lean(e))))
+            }
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Inner::Hyper { body, .. } => body.is_end_stream(),
+            Inner::Lean { state, .. } => state.is_done(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Inner::Hyper { body, .. } => body.size_hint(),
+            Inner::Lean { state, .. } => match state {
+                h1::BodyState::Length(n) => SizeHint::with_exact(*n),
+                h1::BodyState::Done => SizeHint::with_exact(0),
+                _ => SizeHint::default(),
+            },
+        }
     }
 }
 
 impl Drop for OriginBody {
     fn drop(&mut self) {
         // A body never polled because it has no bytes (HEAD, 304, Content-Length: 0) is done;
-        // one dropped half read is not, and its connection closes with the sender.
-        if self.inner.is_end_stream() {
+        // one dropped half read is not, and its connection closes.
+        if self.is_end_stream() {
             self.release();
         }
     }
@@ -375,7 +593,7 @@ mod tests {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        Pool::new([origin], connector, http1::Builder::new(), idle)
+        Pool::new([origin], connector, http1::Builder::new(), idle, 64 * 1024)
     }
 
     fn get(origin: &OriginUrl, path: &str, method: http::Method) -> Request<ProxyBody> {
@@ -409,6 +627,22 @@ mod tests {
         assert_eq!(&read(&p, &o, "/").await[..], b"hello");
         assert_eq!(seen.opened.load(Ordering::SeqCst), 1);
         assert_eq!(p.idle(), 1);
+        // Requests with a body go by hyper's client, on connections of their own, also reused.
+        for _ in 0..3 {
+            let put = Request::builder()
+                .method(http::Method::PUT)
+                .uri("/")
+                .header(http::header::HOST, o.authority.as_str())
+                .body(crate::body::full("up"))
+                .unwrap();
+            let r = p.send(&o, put).await.unwrap();
+            assert_eq!(
+                &r.into_body().collect().await.unwrap().to_bytes()[..],
+                b"hello"
+            );
+        }
+        assert_eq!(seen.opened.load(Ordering::SeqCst), 2);
+        assert_eq!(p.idle(), 2);
     }
 
     #[tokio::test]
@@ -561,9 +795,19 @@ mod tests {
         // Its (empty) body is done, but the upload is not: the connection stays off the shelf.
         drop(answer);
         assert_eq!(p.idle(), 0);
-        let got = tokio::time::timeout(Duration::from_secs(5), read(&p, &o, "/"))
-            .await
-            .expect("a GET must not wait behind the upload");
+        // The next request with a body would take a hyper connection: it must get a new one.
+        let put = Request::builder()
+            .method(http::Method::PUT)
+            .uri("/")
+            .header(http::header::HOST, o.authority.as_str())
+            .body(crate::body::full("x"))
+            .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), async {
+            let r = p.send(&o, put).await.unwrap();
+            r.into_body().collect().await.unwrap().to_bytes()
+        })
+        .await
+        .expect("a request must not wait behind the upload");
         assert_eq!(&got[..], b"ok");
         assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
@@ -578,5 +822,131 @@ mod tests {
         let p = pool(&o, Duration::from_secs(60));
         let e = p.send(&o, get(&o, "/", http::Method::GET)).await.err();
         assert!(matches!(e, Some(PoolError::Connect(_))), "{e:?}");
+    }
+
+    /// An origin that answers every request on a connection with the pieces of `reply`, each
+    /// written and flushed apart after a pause (as slow networks split them), then keeps the
+    /// connection open, or closes it if `close`.
+    async fn scripted(
+        reply: &'static [&'static [u8]],
+        close: bool,
+    ) -> (OriginUrl, Arc<AtomicUsize>) {
+        raw_origin(move |mut stream| async move {
+            while read_head(&mut stream).await.is_some() {
+                for piece in reply {
+                    if stream.write_all(piece).await.is_err() {
+                        return;
+                    }
+                    let _ = stream.flush().await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                if close {
+                    return;
+                }
+            }
+        })
+        .await
+    }
+
+    async fn body_of(p: &Pool, o: &OriginUrl) -> Result<bytes::Bytes, BodyError> {
+        let r = p.send(o, get(o, "/", http::Method::GET)).await.unwrap();
+        r.into_body().collect().await.map(|c| c.to_bytes())
+    }
+
+    #[tokio::test]
+    async fn lean_chunked_bodies_split_across_reads_keep_their_connection() {
+        let (o, opened) = scripted(
+            &[
+                b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-",
+                b"Encoding: chunked\r\n\r\n4\r\nhel",
+                b"l\r\n3;x=y\r\no, \r",
+                b"\n6\r\nworld!\r\n0\r\nTrailer: t\r\n",
+                b"\r\n",
+            ],
+            false,
+        )
+        .await;
+        let p = pool(&o, Duration::from_secs(60));
+        for _ in 0..3 {
+            assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"hello, world!");
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn lean_bodies_to_the_close_end_with_it_and_short_ones_fail() {
+        let (o, opened) = scripted(&[b"HTTP/1.1 200 OK\r\n\r\nuntil", b" the end"], true).await;
+        let p = pool(&o, Duration::from_secs(60));
+        for _ in 0..2 {
+            assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"until the end");
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+        assert_eq!(p.idle(), 0);
+        let (o, _) = scripted(
+            &[b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nfour"],
+            true,
+        )
+        .await;
+        let p = pool(&o, Duration::from_secs(60));
+        let e = body_of(&p, &o).await.unwrap_err();
+        assert!(matches!(e, BodyError::Lean(h1::H1Error::Short(6))), "{e:?}");
+        let (o, _) = scripted(
+            &[b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab"],
+            true,
+        )
+        .await;
+        let p = pool(&o, Duration::from_secs(60));
+        let e = body_of(&p, &o).await.unwrap_err();
+        assert!(
+            matches!(e, BodyError::Lean(h1::H1Error::Truncated)),
+            "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn lean_connections_with_bytes_past_the_body_are_not_reused() {
+        let (o, opened) = scripted(
+            &[b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA"],
+            false,
+        )
+        .await;
+        let p = pool(&o, Duration::from_secs(60));
+        for _ in 0..2 {
+            assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok");
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_reused_connection_closed_unanswered_is_retried_once_on_a_new_one() {
+        // Each connection answers its first request and closes at the second without a byte
+        // (an origin whose keep-alive timeout fired as the request came).
+        let (o, opened) = raw_origin(|mut stream| async move {
+            if read_head(&mut stream).await.is_some() {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
+                let _ = read_head(&mut stream).await;
+            }
+        })
+        .await;
+        let p = pool(&o, Duration::from_secs(60));
+        for _ in 0..3 {
+            assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok");
+        }
+        // 1 + a new one for each of the two requests the reused connection dropped.
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
+        // A new connection that closes unanswered is an error, not a loop.
+        let (o, opened) = raw_origin(|mut stream| async move {
+            let _ = read_head(&mut stream).await;
+        })
+        .await;
+        let p = pool(&o, Duration::from_secs(60));
+        let e = p.send(&o, get(&o, "/", http::Method::GET)).await.err();
+        assert!(
+            matches!(e, Some(PoolError::Lean(h1::H1Error::Closed))),
+            "{e:?}"
+        );
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
     }
 }
