@@ -13,13 +13,17 @@
 //!
 //! The framing follows RFC 9112 §6.3: no body for HEAD, 1xx, 204 and 304; `Transfer-Encoding`
 //! wins over `Content-Length` (then the connection is not reused); chunked only as the final
-//! coding, else the body runs to the close; differing or malformed `Content-Length` values are
-//! an error, never a guess. Interim (1xx) responses are skipped; a 101 is refused, as no
-//! request of ours asks to upgrade.
+//! coding, else the body runs to the close; differing, empty or malformed `Content-Length`
+//! values are an error, never a guess, and so is `Transfer-Encoding` in an HTTP/1.0 response (as
+//! hyper has it). Interim (1xx) responses are skipped, up to 16 of them; a 101 is refused, as no
+//! request of ours asks to upgrade. Chunk lines allow only spaces and tabs before their
+//! extensions, which may add up to 16 KiB a body. A reason phrase other than the status code's
+//! usual one is kept (hyper's [`ReasonPhrase`] extension), so clients see what the origin said.
 
 use crate::body::ProxyBody;
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Version};
+use hyper::ext::ReasonPhrase;
 use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
 use std::future::Future;
@@ -39,6 +43,10 @@ const MAX_HEADERS: usize = 100;
 const READ_SIZE: usize = 8 * 1024;
 /// The longest chunk-size line (size and extensions) accepted.
 const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// Chunk-size lines' bytes accepted beyond their sizes, all chunks of a body together.
+const MAX_CHUNK_EXTENSIONS: usize = 16 * 1024;
+/// Interim (1xx) responses accepted before the final one.
+const MAX_INTERIM: usize = 16;
 
 /// Why an exchange or its body failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +81,8 @@ pub struct Head {
     pub status: StatusCode,
     /// HTTP/1.0 or HTTP/1.1.
     pub version: Version,
+    /// The reason phrase, when it is not the status code's usual one.
+    pub reason: Option<ReasonPhrase>,
     /// The header fields, values sharing one buffer with the head's bytes.
     pub headers: HeaderMap,
     /// How the body is read.
@@ -159,8 +169,9 @@ impl Conn {
         sent.await.map_err(|e| (H1Error::Io(e), true))?;
         let head_request = request.method() == Method::HEAD;
         let mut received = false;
+        let mut interim = 0;
         loop {
-            match parse(&mut self.buf, max_head, head_request) {
+            match parse(&mut self.buf, max_head, head_request, &mut interim) {
                 Ok(Some(head)) => return Ok(head),
                 Ok(None) => {}
                 Err(e) => return Err((e, false)),
@@ -179,8 +190,8 @@ impl Conn {
         }
     }
 
-    /// The next piece of the body `state` describes, reading at most `max_read` bytes at a
-    /// time; `None` once it is whole.
+    /// The next piece of the body `state` describes, the read buffer growing by at most
+    /// `max_read` bytes at a time; `None` once it is whole.
     pub fn poll_body(
         &mut self,
         cx: &mut Context<'_>,
@@ -259,16 +270,21 @@ fn encode(request: &Request<ProxyBody>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Parses a response head off the front of `buf`, skipping interim responses; `None` when more
-/// bytes are needed.
-fn parse(buf: &mut BytesMut, max_head: usize, head_request: bool) -> Result<Option<Head>, H1Error> {
+/// Parses a response head off the front of `buf`, skipping interim responses (counted in
+/// `interim`); `None` when more bytes are needed.
+fn parse(
+    buf: &mut BytesMut,
+    max_head: usize,
+    head_request: bool,
+    interim: &mut usize,
+) -> Result<Option<Head>, H1Error> {
     loop {
         if buf.is_empty() {
             return Ok(None);
         }
         // Where each field's name and value lie in the head, to slice them out of it once it
         // is split off the read buffer.
-        let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
+        let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
         let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut response = httparse::Response::new(&mut []);
         let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
@@ -298,32 +314,42 @@ fn parse(buf: &mut BytesMut, max_head: usize, head_request: bool) -> Result<Opti
                     "101 to a request that asked for no upgrade",
                 ));
             }
+            *interim += 1;
+            if *interim > MAX_INTERIM {
+                return Err(H1Error::Malformed("more than 16 interim responses"));
+            }
             let _ = buf.split_to(len);
             continue;
         }
+        let reason = match response.reason {
+            Some(r) if Some(r) != status.canonical_reason() && !r.is_empty() => {
+                ReasonPhrase::try_from(r.as_bytes()).ok()
+            }
+            _ => None,
+        };
         let version = if response.version == Some(0) {
             Version::HTTP_10
         } else {
             Version::HTTP_11
         };
         let base = buf.as_ptr() as usize;
-        let offset = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+        let offset = |s: &[u8]| s.as_ptr() as usize - base;
         let n = response.headers.len();
         for (span, h) in spans.iter_mut().zip(response.headers.iter()) {
             let (name, value) = (h.name.as_bytes(), h.value);
             *span = (
                 offset(name),
-                offset(name) + name.len() as u32,
+                offset(name) + name.len(),
                 offset(value),
-                offset(value) + value.len() as u32,
+                offset(value) + value.len(),
             );
         }
         let head = buf.split_to(len).freeze();
         let mut headers = HeaderMap::with_capacity(n);
         for &(n0, n1, v0, v1) in &spans[..n] {
-            let name = HeaderName::from_bytes(&head[n0 as usize..n1 as usize])
+            let name = HeaderName::from_bytes(&head[n0..n1])
                 .map_err(|_| H1Error::Malformed("header field name"))?;
-            let value = HeaderValue::from_maybe_shared(head.slice(v0 as usize..v1 as usize))
+            let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
                 .map_err(|_| H1Error::Malformed("header field value"))?;
             headers.append(name, value);
         }
@@ -331,6 +357,7 @@ fn parse(buf: &mut BytesMut, max_head: usize, head_request: bool) -> Result<Opti
         return Ok(Some(Head {
             status,
             version,
+            reason,
             headers,
             body,
             keep_alive,
@@ -359,6 +386,11 @@ fn framing(
         return Ok((BodyState::Done, keep_alive));
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {
+        if version == Version::HTTP_10 {
+            return Err(H1Error::Malformed(
+                "Transfer-Encoding in an HTTP/1.0 response",
+            ));
+        }
         // A length beside it is wrong or an attack: the connection is not trusted after it.
         if headers.contains_key(header::CONTENT_LENGTH) {
             keep_alive = false;
@@ -372,7 +404,13 @@ fn framing(
         });
     }
     let mut length = None;
-    for value in tokens(headers, &header::CONTENT_LENGTH) {
+    // Every element of every field, empty ones too: an empty length is malformed, not absent.
+    let elements = headers
+        .get_all(header::CONTENT_LENGTH)
+        .into_iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii);
+    for value in elements {
         let n = decimal(value).ok_or(H1Error::Malformed("Content-Length"))?;
         if length.is_some_and(|l| l != n) {
             return Err(H1Error::Malformed("differing Content-Length values"));
@@ -415,6 +453,7 @@ fn decimal(digits: &[u8]) -> Option<u64> {
 pub struct Chunked {
     at: ChunkAt,
     trailer_bytes: usize,
+    extension_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -455,7 +494,11 @@ impl Chunked {
                         }
                         return Ok(Step::More);
                     };
-                    let size = chunk_size(&line)?;
+                    let (size, extensions) = chunk_size(&line)?;
+                    self.extension_bytes += extensions;
+                    if self.extension_bytes > MAX_CHUNK_EXTENSIONS {
+                        return Err(H1Error::Malformed("chunk extensions over 16 KiB"));
+                    }
                     self.at = if size == 0 {
                         ChunkAt::Trailers
                     } else {
@@ -521,23 +564,30 @@ fn take_line(buf: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, H1Error
     }
 }
 
-/// A chunk-size line's size: hex digits, then optional whitespace and `;` extensions.
-fn chunk_size(line: &[u8]) -> Result<u64, H1Error> {
+/// A chunk-size line's size (hex digits, leading zeros allowed) and how many bytes follow
+/// them: nothing, or spaces and tabs and a `;` and extensions (not interpreted), with no CR.
+fn chunk_size(line: &[u8]) -> Result<(u64, usize), H1Error> {
     let digits = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
         .unwrap_or(line.len());
-    let rest = line[digits..].trim_ascii_start();
-    if digits == 0 || digits > 16 || !(rest.is_empty() || rest[0] == b';') {
+    let rest = &line[digits..];
+    let after_space = rest
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .map_or(&[][..], |i| &rest[i..]);
+    let extensions_ok = after_space.is_empty() || after_space[0] == b';';
+    if digits == 0 || !extensions_ok || rest.contains(&b'\r') {
         return Err(H1Error::Malformed("chunk size"));
     }
-    line[..digits]
+    let size = line[..digits]
         .iter()
         .try_fold(0u64, |n, &d| {
             let v = (d as char).to_digit(16)?;
             n.checked_mul(16)?.checked_add(u64::from(v))
         })
-        .ok_or(H1Error::Malformed("chunk size"))
+        .ok_or(H1Error::Malformed("chunk size"))?;
+    Ok((size, rest.len()))
 }
 
 #[cfg(test)]
@@ -546,7 +596,7 @@ mod tests {
 
     fn parsed(raw: &str, head_request: bool) -> Result<Option<Head>, H1Error> {
         let mut buf = BytesMut::from(raw.as_bytes());
-        parse(&mut buf, 1024, head_request)
+        parse(&mut buf, 1024, head_request, &mut 0)
     }
 
     #[test]
@@ -615,6 +665,9 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: +4\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 4,,4\r\n\r\n",
+            "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n",
             "HTTP/1.1 101 Switching Protocols\r\n\r\n",
             "HTTP/1.1 2000 OK\r\n\r\n",
             "HTTX/1.1 200 OK\r\n\r\n",
@@ -637,9 +690,45 @@ mod tests {
         let many = format!("HTTP/1.1 200 OK\r\n{many}\r\n");
         let mut buf = BytesMut::from(many.as_bytes());
         assert!(matches!(
-            parse(&mut buf, 1 << 20, false),
+            parse(&mut buf, 1 << 20, false, &mut 0),
             Err(H1Error::TooManyFields)
         ));
+        // Whole but over the limit (it arrived in one read).
+        let whole = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(1100));
+        let mut buf = BytesMut::from(whole.as_bytes());
+        assert!(matches!(
+            parse(&mut buf, 1024, false, &mut 0),
+            Err(H1Error::TooLarge(1024))
+        ));
+        // Interim responses, up to 16.
+        let interim = |n: usize| {
+            let mut raw = "HTTP/1.1 103 Early Hints\r\n\r\n".repeat(n);
+            raw.push_str("HTTP/1.1 204 No Content\r\n\r\n");
+            let mut buf = BytesMut::from(raw.as_bytes());
+            parse(&mut buf, 1 << 20, false, &mut 0).map(|h| h.map(|h| h.status))
+        };
+        assert_eq!(interim(16).unwrap(), Some(StatusCode::NO_CONTENT));
+        assert!(matches!(interim(17), Err(H1Error::Malformed(_))));
+    }
+
+    #[test]
+    fn unusual_reason_phrases_are_kept() {
+        let reason = |raw: &str| {
+            parsed(raw, false)
+                .unwrap()
+                .unwrap()
+                .reason
+                .map(|r| r.as_bytes().to_vec())
+        };
+        assert_eq!(reason("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"), None);
+        assert_eq!(
+            reason("HTTP/1.1 200 Fine Thanks\r\nContent-Length: 0\r\n\r\n"),
+            Some(b"Fine Thanks".to_vec())
+        );
+        assert_eq!(
+            reason("HTTP/1.1 599 Network Timeout\r\nContent-Length: 0\r\n\r\n"),
+            Some(b"Network Timeout".to_vec())
+        );
     }
 
     /// Decodes `wire` fed `step` bytes at a time, as reads would deliver it.
@@ -664,7 +753,7 @@ mod tests {
 
     #[test]
     fn chunked_bodies_decode_whatever_the_reads() {
-        let wire = b"5;ext=1\r\nhello\r\nA \r\n, world!!!\r\n0\r\nX-Trailer: t\r\n\r\n";
+        let wire = b"5;ext=1\r\nhello\r\n00A \t;e\r\n, world!!!\r\n0\r\nX-Trailer: t\r\n\r\n";
         for step in 1..=wire.len() {
             let (body, left) = dechunk(wire, step).unwrap();
             assert_eq!(body, b"hello, world!!!", "step {step}");
@@ -684,6 +773,8 @@ mod tests {
             b"\r\n",
             b"11111111111111111\r\n",
             b"5 x\r\nhello\r\n",
+            b"5\r\r\nhello\r\n",
+            b"5\x0c;x\r\nhello\r\n",
         ] {
             assert!(
                 matches!(dechunk(bad, 3), Err(H1Error::Malformed(_))),
@@ -701,5 +792,14 @@ mod tests {
             dechunk(long_size.as_bytes(), 512),
             Err(H1Error::Malformed(_))
         ));
+        // Extensions add up over a body: 17 chunks with 1 KiB of them each.
+        let ext = format!("1;{}\r\nx\r\n", "e".repeat(1022));
+        let many = format!("{}0\r\n\r\n", ext.repeat(17));
+        assert!(matches!(
+            dechunk(many.as_bytes(), 4096),
+            Err(H1Error::Malformed(_))
+        ));
+        let fewer = format!("{}0\r\n\r\n", ext.repeat(15));
+        assert_eq!(dechunk(fewer.as_bytes(), 4096).unwrap().0.len(), 15);
     }
 }

@@ -226,16 +226,21 @@ impl Pool {
 
     /// [`send`](Pool::send) for a request without a body, by the lean exchange: on an idle
     /// connection, or a new one. A reused connection that took the request and closed without
-    /// a byte of answer (the origin timed it out as it was sent) costs one more try: GET and
-    /// HEAD are safe to send again.
+    /// a byte of answer (the origin timed it out as it was sent) costs one more try, on a new
+    /// connection and only once: GET and HEAD are safe to send again, but a request that makes
+    /// the origin drop connections must not go to every idle one in turn.
     async fn send_lean(
         &self,
         origin: &OriginUrl,
         request: Request<ProxyBody>,
         shelf: Option<Arc<Shelf>>,
     ) -> Result<Response<OriginBody>, PoolError> {
+        let mut retried = false;
         loop {
-            let idle = shelf.as_ref().and_then(|s| s.take_lean(self.idle_timeout));
+            let idle = match retried {
+                false => shelf.as_ref().and_then(|s| s.take_lean(self.idle_timeout)),
+                true => None,
+            };
             let reused = idle.is_some();
             let mut conn = match idle {
                 Some(c) => c,
@@ -259,9 +264,12 @@ impl Pool {
                     *response.status_mut() = head.status;
                     *response.version_mut() = head.version;
                     *response.headers_mut() = head.headers;
+                    if let Some(reason) = head.reason {
+                        response.extensions_mut().insert(reason);
+                    }
                     return Ok(response);
                 }
-                Err((_, true)) if reused => {}
+                Err((_, true)) if reused => retried = true,
                 Err((e, _)) => return Err(PoolError::Lean(e)),
             }
         }
@@ -739,8 +747,13 @@ mod tests {
         let p = pool(&o, Duration::from_secs(60));
         for _ in 0..3 {
             assert_eq!(&read(&p, &o, "/").await[..], b"ok");
-            // Time for the close to reach the idle connection.
+            // Time for the close to reach the idle connection, which is then not lent (the
+            // retry of a request a dead connection dropped would hide that it was).
             tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(p.idle(), 1);
+            let shelf = p.shelf(&o).unwrap();
+            assert!(shelf.take_lean(Duration::from_secs(60)).is_none());
+            assert_eq!(p.idle(), 0);
         }
         assert_eq!(opened.load(Ordering::SeqCst), 3);
     }
@@ -921,21 +934,34 @@ mod tests {
     async fn a_reused_connection_closed_unanswered_is_retried_once_on_a_new_one() {
         // Each connection answers its first request and closes at the second without a byte
         // (an origin whose keep-alive timeout fired as the request came).
-        let (o, opened) = raw_origin(|mut stream| async move {
-            if read_head(&mut stream).await.is_some() {
-                let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                    .await;
-                let _ = read_head(&mut stream).await;
+        let requests = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&requests);
+        let (o, opened) = raw_origin(move |mut stream| {
+            let seen = Arc::clone(&seen);
+            async move {
+                if read_head(&mut stream).await.is_some() {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .await;
+                    if read_head(&mut stream).await.is_some() {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
             }
         })
         .await;
         let p = pool(&o, Duration::from_secs(60));
-        for _ in 0..3 {
-            assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok");
-        }
-        // 1 + a new one for each of the two requests the reused connection dropped.
+        // Two connections on the shelf.
+        let (a, b) = tokio::join!(body_of(&p, &o), body_of(&p, &o));
+        assert_eq!((&a.unwrap()[..], &b.unwrap()[..]), (&b"ok"[..], &b"ok"[..]));
+        assert_eq!((opened.load(Ordering::SeqCst), p.idle()), (2, 2));
+        // The next request goes to one of them, is dropped, and is sent again on a new
+        // connection, not on the other idle one.
+        assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok");
         assert_eq!(opened.load(Ordering::SeqCst), 3);
+        assert_eq!(requests.load(Ordering::SeqCst), 4);
+        assert_eq!(p.idle(), 2);
         // A new connection that closes unanswered is an error, not a loop.
         let (o, opened) = raw_origin(|mut stream| async move {
             let _ = read_head(&mut stream).await;
@@ -945,6 +971,38 @@ mod tests {
         let e = p.send(&o, get(&o, "/", http::Method::GET)).await.err();
         assert!(
             matches!(e, Some(PoolError::Lean(h1::H1Error::Closed))),
+            "{e:?}"
+        );
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn lean_reuse_follows_what_each_response_allows() {
+        // (the response, connections two requests open: 1 if the first was reused)
+        let cases: [(&'static [&'static [u8]], usize); 5] = [
+            (&[b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"], 1),
+            (&[b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"], 2),
+            (&[b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"], 1),
+            (&[b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"], 2),
+            (
+                &[b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"],
+                2,
+            ),
+        ];
+        for (reply, connections) in cases {
+            let (o, opened) = scripted(reply, false).await;
+            let p = pool(&o, Duration::from_secs(60));
+            for _ in 0..2 {
+                assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok", "{reply:?}");
+            }
+            assert_eq!(opened.load(Ordering::SeqCst), connections, "{reply:?}");
+        }
+        // A head cut off by the close fails on its new connection, with no second try.
+        let (o, opened) = scripted(&[b"HTTP/1.1 200 OK\r\nContent-"], true).await;
+        let p = pool(&o, Duration::from_secs(60));
+        let e = p.send(&o, get(&o, "/", http::Method::GET)).await.err();
+        assert!(
+            matches!(e, Some(PoolError::Lean(h1::H1Error::Malformed(_)))),
             "{e:?}"
         );
         assert_eq!(opened.load(Ordering::SeqCst), 1);
