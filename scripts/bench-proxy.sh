@@ -212,7 +212,7 @@ for scenario in $SCENARIOS; do
       hit_1k_c1000) path=/obj-1k; conns=1000 ;;
       hit_16k_x1000) path=/obj-16k?k=1; args=(-s "$dir/x1000.lua")
         wrk -t1 -c64 -d2s "${args[@]}" "$url/" >/dev/null ;;  # warm: every object to HIT
-      miss_1k) path=/obj-1k?u=probe-$port; run=$((run + 1)); args=(-s "$dir/unique.lua") ;;
+      miss_1k) run=$((run + 1)); path=/obj-1k?u=probe-$port-$run; args=(-s "$dir/unique.lua") ;;
       *) echo "unknown scenario $scenario" >&2; exit 2 ;;
     esac
     case $scenario in miss_1k) ;; *) for _ in 1 2 3; do curl -s -o /dev/null "$url$path"; done ;; esac
