@@ -297,8 +297,6 @@ fn parse(
         if buf.is_empty() {
             return Ok(None);
         }
-        // Where each field's name and value lie in the head, to slice them out of it once it
-        // is split off the read buffer.
         let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut response = httparse::Response::new(&mut []);
         let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
@@ -348,6 +346,8 @@ fn parse(
         };
         let base = buf.as_ptr() as usize;
         let offset = |s: &[u8]| s.as_ptr() as usize - base;
+        // Where each field's name and value lie in the head, to slice them out of it once it
+        // is split off the read buffer.
         spans.clear();
         spans.extend(response.headers.iter().map(|h| {
             let (name, value) = (h.name.as_bytes(), h.value);
