@@ -273,7 +273,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     for (i, name) in HOP_BY_HOP.iter().enumerate() {
         if present & (1 << i) != 0 {
-            headers.remove(*name);
+            headers.remove(name);
         }
     }
     for name in named {
@@ -281,24 +281,26 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// The hop-by-hop fields of RFC 9110 §7.6.1 and the legacy ones still seen.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "keep-alive",
-    "proxy-connection",
+/// The hop-by-hop fields of RFC 9110 §7.6.1 and the legacy ones still seen (as names, so that
+/// removing one does not parse its name again).
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
 ];
 
 /// Which of [`HOP_BY_HOP`] `name` is (case-insensitively: `Connection` lists names as sent).
 fn hop_by_hop(name: &str) -> Option<usize> {
-    HOP_BY_HOP
-        .iter()
-        .position(|h| h.len() == name.len() && h.eq_ignore_ascii_case(name))
+    HOP_BY_HOP.iter().position(|h| {
+        let h = h.as_str();
+        h.len() == name.len() && h.eq_ignore_ascii_case(name)
+    })
 }
 
 /// Header maps for the rules' unit tests.

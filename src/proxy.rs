@@ -125,6 +125,10 @@ struct Storing {
 }
 
 /// Safe methods (RFC 9110 §9.2.1); every other method, known or not, can change the target.
+/// The fields every response carries, named once (a `&str` name is parsed on every insert).
+const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
+const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
 fn is_safe(method: &Method) -> bool {
     matches!(
         *method,
@@ -654,10 +658,10 @@ impl Proxy {
             None => serve.await,
         };
         let h = response.headers_mut();
-        h.insert("x-cache", HeaderValue::from_static(outcome.as_str()));
+        h.insert(X_CACHE, HeaderValue::from_static(outcome.as_str()));
         let cache_status = status.header();
         let logged_status = logged.is_some().then(|| cache_status.clone());
-        h.insert("cache-status", cache_status);
+        h.insert(CACHE_STATUS, cache_status);
         // RFC 9213: the fields targeted at this cache are its own, not the client's.
         for name in &live.rules.targeted {
             h.remove(name);

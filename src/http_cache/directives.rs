@@ -34,16 +34,23 @@ pub struct CacheControl {
     pub stale_if_error: Option<u64>,
 }
 
-/// A delta-seconds argument: digits only, capped at 2^31; anything else is `None` (invalid).
-fn delta_seconds(arg: &str) -> Option<u64> {
-    let arg = arg.trim().trim_matches('"');
-    if arg.is_empty() || !arg.bytes().all(|b| b.is_ascii_digit()) {
+/// A delta-seconds argument: digits only (quotes and spaces around them allowed), capped at
+/// 2^31; anything else is `None` (invalid).
+fn delta_seconds(arg: &[u8]) -> Option<u64> {
+    let mut arg = arg.trim_ascii();
+    while let [b'"', rest @ ..] = arg {
+        arg = rest;
+    }
+    while let [rest @ .., b'"'] = arg {
+        arg = rest;
+    }
+    if arg.is_empty() || !arg.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(
-        arg.parse::<u64>()
-            .map_or(DELTA_SECONDS_MAX, |n| n.min(DELTA_SECONDS_MAX)),
-    )
+    // Past 2^31 the value is capped, so the digits after the eleventh do not matter.
+    Some(arg.iter().fold(0u64, |n, &d| {
+        (n * 10 + u64::from(d - b'0')).min(DELTA_SECONDS_MAX)
+    }))
 }
 
 impl CacheControl {
@@ -59,11 +66,12 @@ impl CacheControl {
     pub fn parse_field(headers: &HeaderMap, name: &HeaderName) -> CacheControl {
         let mut cc = CacheControl::default();
         for value in headers.get_all(name) {
+            // Visible ASCII only (a field that is not is ignored), then compared as bytes.
             let Ok(text) = value.to_str() else { continue };
-            for directive in text.split(',') {
-                let (name, arg) = match directive.split_once('=') {
-                    Some((n, a)) => (n.trim(), Some(a)),
-                    None => (directive.trim(), None),
+            for directive in text.as_bytes().split(|&b| b == b',') {
+                let (name, arg) = match directive.iter().position(|&b| b == b'=') {
+                    Some(i) => (directive[..i].trim_ascii(), Some(&directive[i + 1..])),
+                    None => (directive.trim_ascii(), None),
                 };
                 let first = |slot: &mut Option<u64>, invalid_is_zero: bool| {
                     if slot.is_none() {
@@ -75,7 +83,7 @@ impl CacheControl {
                     }
                 };
                 // Compared in place: no lowercased copy of each directive.
-                let is = |d: &str| name.eq_ignore_ascii_case(d);
+                let is = |d: &str| name.eq_ignore_ascii_case(d.as_bytes());
                 if is("max-age") {
                     first(&mut cc.max_age, true);
                 } else if is("public") {

@@ -201,8 +201,14 @@ pub fn upstream_request(
     forwarded: &[http::HeaderName],
 ) -> Result<Request<ProxyBody>, http::Error> {
     super::check::forwardable(&method, &mut headers, forwarded);
-    let host = HeaderValue::from_str(target.host.as_str())?;
-    headers.insert(header::HOST, host);
+    // The client's own Host is kept when it is already the normalised one (the usual case):
+    // no copy of it.
+    let normalised = headers
+        .get(header::HOST)
+        .is_some_and(|v| v.as_bytes() == target.host.as_str().as_bytes());
+    if !normalised {
+        headers.insert(header::HOST, HeaderValue::from_str(target.host.as_str())?);
+    }
     let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(prev) => HeaderValue::from_str(&format!("{prev}, {client}"))?,
         None => ip_value(client),
@@ -269,12 +275,10 @@ pub fn response_head(
     content_length(headers)
 }
 
-/// The `Content-Length` of `headers`, if it is one number.
+/// The `Content-Length` of `headers`, if it is one number (RFC 9110 §8.6: digits only, spaces
+/// and tabs around them allowed).
 pub fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse().ok())
+    crate::origin::h1::decimal(headers.get(header::CONTENT_LENGTH)?.as_bytes().trim_ascii())
 }
 
 #[cfg(test)]
@@ -295,6 +299,31 @@ mod tests {
             let ip: IpAddr = ip.parse().unwrap();
             assert_eq!(ip_value(ip).to_str().unwrap(), ip.to_string());
         }
+    }
+
+    #[test]
+    fn content_lengths_are_digits_only() {
+        let len = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from_str(v).unwrap());
+            content_length(&h)
+        };
+        assert_eq!(len("1024"), Some(1024));
+        assert_eq!(len(" 7\t"), Some(7));
+        assert_eq!(len("18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            "",
+            " ",
+            "+5",
+            "-1",
+            "1 2",
+            "0x10",
+            "5,5",
+            "18446744073709551616",
+        ] {
+            assert_eq!(len(bad), None, "{bad:?}");
+        }
+        assert_eq!(content_length(&HeaderMap::new()), None);
     }
 
     #[test]

@@ -178,7 +178,9 @@ impl CacheStatus {
     /// The rendered value as a header value.
     pub fn header(&self) -> HeaderValue {
         // Only tokens and digits go in: always a valid header value.
-        HeaderValue::from_str(&self.render()).unwrap_or(HeaderValue::from_static("secondhit"))
+        // The rendered string becomes the value's buffer, not copied into another one.
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(self.render()))
+            .unwrap_or(HeaderValue::from_static("secondhit"))
     }
 }
 
