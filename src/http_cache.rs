@@ -271,7 +271,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             }
         }
     }
-    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+    for (i, name) in HOP_BY_HOP_NAMES.iter().enumerate() {
         if present & (1 << i) != 0 {
             headers.remove(name);
         }
@@ -281,9 +281,21 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// The hop-by-hop fields of RFC 9110 §7.6.1 and the legacy ones still seen (as names, so that
-/// removing one does not parse its name again).
-static HOP_BY_HOP: [HeaderName; 9] = [
+/// The hop-by-hop fields of RFC 9110 §7.6.1 and the legacy ones still seen.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "keep-alive",
+    "proxy-connection",
+];
+
+/// [`HOP_BY_HOP`] as header names, in the same order (removing by name parses no string).
+static HOP_BY_HOP_NAMES: [HeaderName; 9] = [
     header::CONNECTION,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
@@ -297,10 +309,9 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 
 /// Which of [`HOP_BY_HOP`] `name` is (case-insensitively: `Connection` lists names as sent).
 fn hop_by_hop(name: &str) -> Option<usize> {
-    HOP_BY_HOP.iter().position(|h| {
-        let h = h.as_str();
-        h.len() == name.len() && h.eq_ignore_ascii_case(name)
-    })
+    HOP_BY_HOP
+        .iter()
+        .position(|h| h.len() == name.len() && h.eq_ignore_ascii_case(name))
 }
 
 /// Header maps for the rules' unit tests.
@@ -404,6 +415,13 @@ mod tests {
         let before = httpdate::fmt_http_date(t(0) - Duration::from_secs(5));
         assert!(!nm(&[("if-modified-since", &before)]));
         assert!(!nm(&[]));
+    }
+
+    #[test]
+    fn hop_by_hop_names_match_their_strings() {
+        for (name, text) in HOP_BY_HOP_NAMES.iter().zip(HOP_BY_HOP) {
+            assert_eq!(name.as_str(), text);
+        }
     }
 
     #[test]

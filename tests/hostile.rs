@@ -84,6 +84,26 @@ async fn oversized_requests_are_refused() {
 }
 
 #[tokio::test]
+async fn the_default_field_limit_is_100() {
+    // The default is hyper's own (not passed to it, see server.rs): 100 fields pass, 101 fail.
+    let o = origin::start().await;
+    let (p, _) = start(&o.url(), "").await;
+    let head = |fields: usize| {
+        let mut h = String::from("GET /cache/d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+        for i in 2..fields {
+            h.push_str(&format!("X-H{i}: v\r\n"));
+        }
+        h + "\r\n"
+    };
+    let r = raw(p.addr, head(100).as_bytes()).await;
+    assert!(r.starts_with("HTTP/1.1 200"), "{r:?}");
+    let r = raw(p.addr, head(101).as_bytes()).await;
+    assert!(r.starts_with("HTTP/1.1 431"), "{r:?}");
+    assert_eq!(o.count("/cache/d"), 1);
+    p.shutdown().await;
+}
+
+#[tokio::test]
 async fn slow_loris_is_cut_off_after_the_header_timeout() {
     let o = origin::start().await;
     let (p, _) = start(&o.url(), "[timeouts]\nclient_header = \"300ms\"").await;
