@@ -139,26 +139,20 @@ impl Host {
                 } else if !is_reg_name_byte(b) {
                     return Err(AuthorityError::BadByte(b));
                 }
-                text.push(char::from(b.to_ascii_lowercase()));
                 i += 1;
             }
+            // Only ASCII passed the checks, so this cannot fail; then copied and lower-cased
+            // in one go rather than a character at a time.
+            let ascii = std::str::from_utf8(host).map_err(|e| {
+                AuthorityError::BadByte(host.get(e.valid_up_to()).copied().unwrap_or(0))
+            })?;
+            text.push_str(ascii);
+            text.make_ascii_lowercase();
         }
         let name_len = text.len();
         if let Some(p) = port.filter(|p| *p != default_port) {
             text.push(':');
-            // The digits straight in (no formatted copy to append).
-            let mut digits = [0u8; 5];
-            let mut at = digits.len();
-            let mut rest = p;
-            loop {
-                at -= 1;
-                digits[at] = b'0' + (rest % 10) as u8;
-                rest /= 10;
-                if rest == 0 {
-                    break;
-                }
-            }
-            text.extend(digits[at..].iter().map(|&d| char::from(d)));
+            super::outcome::push_decimal(&mut text, i64::from(p));
         }
         Ok(Host { text, name_len })
     }

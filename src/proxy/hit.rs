@@ -91,7 +91,9 @@ pub fn serve(
             return (r, status);
         }
     };
-    if code != StatusCode::NO_CONTENT {
+    // The stored field usually says it already (a 200 in full): no new value then.
+    let stated = super::fetch::content_length(&headers) == Some(body.len() as u64);
+    if code != StatusCode::NO_CONTENT && !stated {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
     let mut r = Response::new(if method == Method::HEAD {

@@ -5,7 +5,6 @@
 
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
-use std::fmt::Write as _;
 
 use super::authority::AuthorityError;
 use crate::body::{text, ProxyBody};
@@ -160,7 +159,8 @@ impl CacheStatus {
             s.push_str(f.as_str());
         }
         if let Some(code) = self.fwd_status {
-            let _ = write!(s, "; fwd-status={code}");
+            s.push_str("; fwd-status=");
+            push_decimal(&mut s, i64::from(code));
         }
         if self.stored {
             s.push_str("; stored");
@@ -170,7 +170,8 @@ impl CacheStatus {
             s.push_str(d);
         }
         if let Some(ttl) = self.ttl {
-            let _ = write!(s, "; ttl={ttl}");
+            s.push_str("; ttl=");
+            push_decimal(&mut s, ttl);
         }
         s
     }
@@ -182,6 +183,25 @@ impl CacheStatus {
         HeaderValue::from_maybe_shared(bytes::Bytes::from(self.render()))
             .unwrap_or(HeaderValue::from_static("secondhit"))
     }
+}
+
+/// Appends `n` in decimal, without the formatting machinery (every response renders one).
+pub(super) fn push_decimal(s: &mut String, n: i64) {
+    if n < 0 {
+        s.push('-');
+    }
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    s.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// A request the proxy answers itself, before any origin contact. One place builds the
@@ -296,6 +316,12 @@ mod tests {
     #[test]
     fn cache_status_renders_in_a_fixed_order() {
         assert_eq!(CacheStatus::hit(59).render(), "secondhit; hit; ttl=59");
+        assert_eq!(CacheStatus::hit(0).render(), "secondhit; hit; ttl=0");
+        assert_eq!(CacheStatus::hit(-120).render(), "secondhit; hit; ttl=-120");
+        assert_eq!(
+            CacheStatus::hit(i64::MIN).render(),
+            format!("secondhit; hit; ttl={}", i64::MIN)
+        );
         assert_eq!(
             CacheStatus::hit(3).with_detail("collapsed").render(),
             "secondhit; hit; detail=collapsed; ttl=3"
