@@ -124,11 +124,11 @@ struct Storing {
     tiers: Tiers,
 }
 
-/// Safe methods (RFC 9110 §9.2.1); every other method, known or not, can change the target.
 /// The fields every response carries, named once (a `&str` name is parsed on every insert).
 const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 
+/// Safe methods (RFC 9110 §9.2.1); every other method, known or not, can change the target.
 fn is_safe(method: &Method) -> bool {
     matches!(
         *method,

@@ -121,7 +121,8 @@ pub fn check(
 /// came in (before the lookup, so that a Vary variant is never keyed on a field the origin does
 /// not get from that request); here, on GET and HEAD (the requests whose responses may be stored)
 /// only the fields in `forwarded` are kept (and `Host`, which the caller sets to the normalised
-/// host), so no input outside the cache key can shape a stored response; on other methods (never stored) the header-override fields some origins honour
+/// host), so no input outside the cache key can shape a stored response; on other methods
+/// (never stored) the header-override fields some origins honour
 /// ([`http_cache::strip_unkeyed_overrides`]) are removed. A field dropped here is dropped for every
 /// client alike, so a variant keyed on its value (as RFC 9111 §4.1 asks) is only finer, never
 /// wrong. `*` in `forwarded` forwards every field but the override fields (the open setting, for
