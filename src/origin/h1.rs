@@ -363,15 +363,12 @@ fn parse(
         for &[n0, n1, v0, v1] in spans.iter() {
             let name = HeaderName::from_bytes(&head[n0..n1])
                 .map_err(|_| H1Error::Malformed("header field name"))?;
-            // SAFETY: `from_maybe_shared_unchecked` asks for bytes `HeaderValue::from_bytes`
-            // accepts: HTAB and 0x20..=0xFF but DEL. httparse (default `ParserConfig`: no
-            // obs-fold, no skipping of invalid lines) ends a value at the first byte outside
-            // exactly that set and fails the parse unless that byte starts the line's end, so
-            // every value it returns lies within it; `values_httparse_returns_are_valid_values`
-            // checks all 256 bytes. (hyper builds its values the same way. The invariant keeps
-            // CR, LF and NUL out of values; no memory safety rests on it.) Checking again would
-            // cost a pass over every value of every origin response.
-            let value = unsafe { HeaderValue::from_maybe_shared_unchecked(head.slice(v0..v1)) };
+            // httparse (default `ParserConfig`: no obs-fold, no skipping of invalid lines) ends
+            // a value at the first byte outside HTAB and 0x20..=0xFF but DEL and fails the parse
+            // unless that byte starts the line's end, so every value it returns is made of
+            // valid value bytes (`values_httparse_returns_are_valid_values` checks all 256).
+            let value = prevalidated_value(head.slice(v0..v1))
+                .ok_or(H1Error::Malformed("header field value"))?;
             headers.append(name, value);
         }
         let (body, keep_alive) = framing(status, version, &headers, head_request)?;
@@ -454,8 +451,24 @@ fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item =
         .filter(|t| !t.is_empty())
 }
 
+/// A header value from bytes already known to be valid value bytes (HTAB, 0x20..=0xFF but DEL):
+/// not checked a second time when they are ASCII (every value of most responses), checked as
+/// usual otherwise. A second check costs a pass over every value of every response.
+pub(crate) fn prevalidated_value(bytes: Bytes) -> Option<HeaderValue> {
+    if bytes.is_ascii() {
+        // SAFETY: `from_maybe_shared_unchecked` requires valid UTF-8 (its documented condition;
+        // debug builds of `http` check the value bytes instead and panic): ASCII is UTF-8. That
+        // the bytes are valid value bytes (no CR, LF or NUL: `HeaderValue`'s own invariant, on
+        // which no memory safety rests) is the caller's part, as this function's contract says.
+        Some(unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) })
+    } else {
+        // obs-text is not UTF-8 in general: the checked constructor, which accepts it.
+        HeaderValue::from_maybe_shared(bytes).ok()
+    }
+}
+
 /// A non-negative decimal without sign or spaces, if it fits in a u64.
-pub fn decimal(digits: &[u8]) -> Option<u64> {
+pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() {
         return None;
     }
@@ -734,26 +747,45 @@ mod tests {
 
     #[test]
     fn values_httparse_returns_are_valid_values() {
-        // Every byte inside a value: what httparse accepts must be a valid HeaderValue (debug
-        // builds of `http` also panic in `from_maybe_shared_unchecked` if it is not), and it
-        // must accept exactly the bytes HeaderValue allows, so that the check is not vacuous.
-        let mut accepted = 0;
-        for b in 0..=255u8 {
-            let mut raw = b"HTTP/1.1 200 OK\r\nX: a".to_vec();
-            raw.push(b);
-            raw.extend_from_slice(b"b\r\nContent-Length: 0\r\n\r\n");
-            let mut buf = BytesMut::from(&raw[..]);
-            let mut spans = Vec::new();
-            let Ok(Some(head)) = parse(&mut buf, 1 << 16, false, &mut 0, &mut spans) else {
-                continue;
-            };
-            let value = head.headers["x"].as_bytes();
-            assert_eq!(value, [b'a', b, b'b'], "byte {b:#04x}");
-            assert!(HeaderValue::from_bytes(value).is_ok(), "byte {b:#04x}");
-            accepted += 1;
+        // Every byte at several places in a value long enough for httparse's vector paths
+        // (32 bytes at a time with AVX2, 16 with SSE4.2, 8 with SWAR): what httparse accepts
+        // must be a valid HeaderValue (debug builds of `http` also panic in
+        // `from_maybe_shared_unchecked` if it is not), and it must accept exactly the bytes
+        // HeaderValue allows, so that the check is not vacuous.
+        const LEN: usize = 80;
+        for at in [0, 1, 7, 8, 15, 16, 31, 32, 40, 63, 64, LEN - 1] {
+            let mut accepted = 0;
+            for b in 0..=255u8 {
+                let mut value = vec![b'v'; LEN];
+                value[at] = b;
+                let mut raw = b"HTTP/1.1 200 OK\r\nX: ".to_vec();
+                raw.extend_from_slice(&value);
+                raw.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
+                let mut buf = BytesMut::from(&raw[..]);
+                let mut spans = Vec::new();
+                let Ok(Some(head)) = parse(&mut buf, 1 << 16, false, &mut 0, &mut spans) else {
+                    continue;
+                };
+                let got = head.headers["x"].as_bytes();
+                // Leading and trailing spaces and tabs are not part of a value.
+                let want = value.trim_ascii_start();
+                let want = if at == LEN - 1 {
+                    want.trim_ascii_end()
+                } else {
+                    want
+                };
+                assert_eq!(got, want, "byte {b:#04x} at {at}");
+                assert!(
+                    HeaderValue::from_bytes(got).is_ok(),
+                    "byte {b:#04x} at {at}"
+                );
+                accepted += 1;
+            }
+            // 256 bytes less the 31 controls other than HTAB, and DEL; at the end, a LF is also
+            // a line's end (RFC 9112 §2.2 lets a recipient take a bare LF as one).
+            let expected = if at == LEN - 1 { 225 } else { 224 };
+            assert_eq!(accepted, expected, "at {at}");
         }
-        // 256 bytes less the 31 controls other than HTAB, and DEL.
-        assert_eq!(accepted, 224);
     }
 
     #[test]

@@ -91,8 +91,13 @@ pub fn serve(
             return (r, status);
         }
     };
-    // The stored field usually says it already (a 200 in full): no new value then.
-    let stated = super::fetch::content_length(&headers) == Some(body.len() as u64);
+    // The stored field usually says it already (a 200 in full, one field): no new value then.
+    let stated = super::fetch::content_length(&headers) == Some(body.len() as u64)
+        && headers
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .nth(1)
+            .is_none();
     if code != StatusCode::NO_CONTENT && !stated {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
