@@ -454,7 +454,7 @@ fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item =
 /// A header value from bytes already known to be valid value bytes (HTAB, 0x20..=0xFF but DEL):
 /// not checked a second time when they are ASCII (every value of most responses), checked as
 /// usual otherwise. A second check costs a pass over every value of every response.
-pub(crate) fn prevalidated_value(bytes: Bytes) -> Option<HeaderValue> {
+fn prevalidated_value(bytes: Bytes) -> Option<HeaderValue> {
     if bytes.is_ascii() {
         // SAFETY: `from_maybe_shared_unchecked` requires valid UTF-8 (its documented condition;
         // debug builds of `http` check the value bytes instead and panic): ASCII is UTF-8. That

@@ -18,6 +18,8 @@ use std::time::Duration;
 pub struct StoredHeaders {
     values: Bytes,
     fields: Box<[(HeaderName, u32, u32)]>,
+    /// `values` is all ASCII (checked once, here, rather than on every HIT).
+    ascii: bool,
 }
 
 impl StoredHeaders {
@@ -33,6 +35,7 @@ impl StoredHeaders {
             fields.push((name.clone(), offset(start), offset(values.len())));
         }
         StoredHeaders {
+            ascii: values.is_ascii(),
             values: values.freeze(),
             fields: fields.into_boxed_slice(),
         }
@@ -40,11 +43,19 @@ impl StoredHeaders {
 
     fn value(&self, start: u32, end: u32) -> Option<HeaderValue> {
         let bytes = self.values.get(start as usize..end as usize)?;
+        let bytes = self.values.slice_ref(bytes);
+        if !self.ascii {
+            return HeaderValue::from_maybe_shared(bytes).ok();
+        }
+        // SAFETY: `from_maybe_shared_unchecked` requires valid UTF-8 (its documented condition;
+        // debug builds of `http` check the value bytes instead and panic): `new` found the
+        // whole buffer ASCII, and it is immutable. The bytes are also valid value bytes
+        // (`HeaderValue`'s own invariant, no CR, LF or NUL, on which no memory safety rests):
         // `new` is the only way to make a StoredHeaders (the disk tier too builds a `HeaderMap`
-        // first), its fields are private and its buffer immutable, and every range it records
-        // is exactly the bytes of one `HeaderValue` it was given: valid value bytes, so not
-        // checked again on every HIT (`stored_values_come_back_as_they_were`).
-        crate::origin::h1::prevalidated_value(self.values.slice_ref(bytes))
+        // first), its fields are private, and every range it records is exactly the bytes of
+        // one `HeaderValue` it was given (`stored_values_come_back_as_they_were`). So a HIT
+        // does not check them again.
+        Some(unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) })
     }
 
     /// The first value of `name`.
@@ -308,6 +319,14 @@ mod tests {
         let want: Vec<_> = headers.values().cloned().collect();
         assert_eq!(back, want);
         assert_eq!(stored.get(&header::ETAG).unwrap(), "\"e1\"");
+        assert!(!stored.ascii, "obs-text: the checked path");
+        // All ASCII: the unchecked path, the same values.
+        headers.remove("x-v");
+        headers.append("x-v", HeaderValue::from_static("a\tb"));
+        headers.append("x-v", HeaderValue::from_static(""));
+        let stored = StoredHeaders::new(&headers);
+        assert!(stored.ascii);
+        assert_eq!(stored.to_map(), headers);
     }
 
     #[test]

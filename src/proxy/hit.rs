@@ -92,12 +92,13 @@ pub fn serve(
         }
     };
     // The stored field usually says it already (a 200 in full, one field): no new value then.
-    let stated = super::fetch::content_length(&headers) == Some(body.len() as u64)
-        && headers
-            .get_all(header::CONTENT_LENGTH)
-            .iter()
-            .nth(1)
-            .is_none();
+    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    let stated = match (lengths.next(), lengths.next()) {
+        (Some(v), None) => {
+            crate::origin::h1::decimal(v.as_bytes().trim_ascii()) == Some(body.len() as u64)
+        }
+        _ => false,
+    };
     if code != StatusCode::NO_CONTENT && !stated {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
