@@ -38,7 +38,8 @@ pub async fn stopped_signal(stopped: &mut watch::Receiver<bool>) {
 }
 
 /// Accepts on `listener` until `stopped`, serving each connection with `builder` and each
-/// request with `handler(request, peer)`.
+/// request with `handler(request, peer)`. The handler's future is handed to hyper as it is, so
+/// its size is what every connection holds and copies per request: keep it small.
 pub async fn serve<H, Fut>(
     listener: TcpListener,
     builder: auto::Builder<TokioExecutor>,
@@ -48,7 +49,7 @@ pub async fn serve<H, Fut>(
     handler: H,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+    Fut: Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     serve_with_slots(listener, slots, builder, tls, limits, stopped, handler).await;
@@ -71,7 +72,7 @@ pub fn serve_on_threads<H, Fut>(
 ) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>>
 where
     H: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+    Fut: Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static,
 {
     // Taken off this runtime's reactor; each thread registers its copies with its own.
     let mut sockets = Vec::with_capacity(listeners.len());
@@ -136,7 +137,7 @@ async fn serve_with_slots<H, Fut>(
     handler: H,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+    Fut: Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
     loop {
@@ -175,10 +176,9 @@ async fn serve_with_slots<H, Fut>(
                     return;
                 }
             }
-            let service = service_fn(move |req: Request<Incoming>| {
-                let handler = handler.clone();
-                async move { Ok::<_, Infallible>(handler(req, peer).await) }
-            });
+            // The handler's own future, as it is: no per-request clone of the handler and no
+            // async block around its future (each layer would be copied into the connection).
+            let service = service_fn(move |req: Request<Incoming>| handler(req, peer));
             let ended = match tls {
                 None => {
                     let conn = builder.serve_connection(TokioIo::new(stream), service);

@@ -415,7 +415,7 @@ pub async fn start(options: OriginOptions) -> Result<RunningOrigin, OriginServer
         stopped,
         move |req, _| {
             let shared = Arc::clone(&shared);
-            async move { respond(shared, req).await }
+            async move { Ok(respond(shared, req).await) }
         },
     ));
     Ok(RunningOrigin {

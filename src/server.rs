@@ -291,10 +291,7 @@ pub async fn start_with_source(
     let secure = tls.is_some();
     let handler = |secure: bool| {
         let p = Arc::clone(&proxy);
-        move |req, peer: SocketAddr| {
-            let p = Arc::clone(&p);
-            async move { p.handle(req, peer.ip(), secure).await }
-        }
+        move |req, peer: SocketAddr| p.handle(req, peer.ip(), secure)
     };
     let mut listeners = vec![(public, tls, handler(secure))];
     let plain_addr = plain.as_ref().map(|(_, a)| *a);
@@ -336,9 +333,9 @@ pub async fn start_with_source(
                         http::header::WWW_AUTHENTICATE,
                         http::HeaderValue::from_static("Bearer realm=\"secondhit admin\""),
                     );
-                    return r;
+                    return Ok(r);
                 }
-                admin_response(&p, &r, &req)
+                Ok(admin_response(&p, &r, &req))
             }
         },
     )));
