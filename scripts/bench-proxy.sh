@@ -307,10 +307,10 @@ NGINX
     local args=() path=/obj-1k
     [ "$scenario" = miss_1k ] && args=(-s "$dir/unique.lua") && path=/obj-1k?u=icount
     wrk -t1 -c16 -d3s "${args[@]}" "http://127.0.0.1:$port$path" -- "icount-warm-$port" >/dev/null
-    callgrind_control -z "$pid" >/dev/null
+    callgrind_control -z "$pid" >/dev/null 2>&1
     local n
     n=$(wrk -t1 -c16 -d6s "${args[@]}" "http://127.0.0.1:$port$path" -- "icount-$port" | awk '/requests in/{print $1}')
-    callgrind_control -d "$pid" >/dev/null
+    callgrind_control -d "$pid" >/dev/null 2>&1
     sleep 1
     kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
     local ir
