@@ -84,11 +84,13 @@
 //!   loads.
 //!
 //! - [`units`]: human-readable counts, byte sizes and durations, both ways.
+//! - [`alloc`]: the binary's global allocator, mimalloc called on its fast paths.
 
 #![warn(missing_docs)]
 
 pub use secondhit_admission::{admission, bloom, clock, hash};
 pub mod access_log;
+pub mod alloc;
 pub mod body;
 pub mod config;
 pub mod demo;

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 /// mimalloc rather than glibc's malloc: measured in `scripts/bench-proxy.sh` (see the README).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: secondhit::alloc::MiMalloc = secondhit::alloc::MiMalloc;
 
 /// A CDN edge cache that stores an object only on its second request, and a lab that measures
 /// that choice on real access traces.
