@@ -20,8 +20,9 @@
 //!  7 pump      stream to the client; store once complete (pump.rs)
 //! ```
 //!
-//! Phases 1 to 3 never wait. When they answer, [`Proxy::handle`] returns the response at once
-//! and no future is built for it; only a request that goes on to the origin or the flash tier
+//! Phases 1 to 3 in memory never wait. When they answer (a refusal, a HIT, a stale answer while
+//! a refresh runs), [`Proxy::handle`] returns the response at once and builds no future for it.
+//! Only a request that goes on to the origin or the flash tier (a bypass, a revalidation, a miss)
 //! gets one, boxed ([`Handling`]).
 //!
 //! From phase 3 on, a request that found its object or asked the policy is one sighting for the
@@ -432,7 +433,7 @@ fn log_line(req: &Request<Incoming>, client: IpAddr) -> access_log::Line {
     }
 }
 
-/// What `serve` decided, before the common headers go on.
+/// What the phases decided, before the cache's own fields go on ([`Proxy::finish`]).
 struct Answer {
     response: Response<ProxyBody>,
     outcome: Outcome,
@@ -448,7 +449,7 @@ struct Answer {
 enum Begun {
     /// Answered without waiting: a refusal, a HIT, a stale answer while a refresh runs.
     Answered(Answer),
-    /// The origin or the flash tier is needed: phase 4 on.
+    /// The origin or the flash tier is needed: a bypass, a revalidation, or a miss (phase 4 on).
     Continue(Continuation),
 }
 
@@ -470,7 +471,7 @@ enum Next {
         key: String,
         stored: Arc<CachedObject>,
     },
-    /// Nothing fresh in memory.
+    /// No usable entry in memory: the flash tier, then admission.
     Miss { key: String, plan: RequestPlan },
 }
 
@@ -485,37 +486,39 @@ struct Finish {
 /// The response to one request, as [`Proxy::handle`] returns it: ready at once when phases 1
 /// to 3 answered, else the boxed rest of the work. Its output is a `Result` only because that
 /// is what a hyper service returns; it never fails.
+#[must_use = "phases 1 to 3 have run and been counted; the response is in the Handling"]
 pub struct Handling(HandlingState);
 
 enum HandlingState {
-    Ready(Option<Response<ProxyBody>>),
-    Pending(Pending),
+    Ready(Response<ProxyBody>),
+    Underway(Underway),
+    /// The response was returned.
+    Done,
 }
 
 /// Phases 4 on, under way; then [`Proxy::finish`] as for any other answer.
-struct Pending {
+struct Underway {
     work: Pin<Box<dyn Future<Output = Answer> + Send>>,
     proxy: Arc<Proxy>,
     live: Arc<Live>,
-    finish: Option<Finish>,
+    finish: Finish,
 }
 
 impl Future for Handling {
     type Output = Result<Response<ProxyBody>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.get_mut().0 {
-            HandlingState::Ready(response) => match response.take() {
-                Some(r) => Poll::Ready(Ok(r)),
-                None => panic!("a Handling polled after it returned its response"),
-            },
-            HandlingState::Pending(p) => {
-                let answer = ready!(p.work.as_mut().poll(cx));
-                match p.finish.take() {
-                    Some(finish) => Poll::Ready(Ok(p.proxy.finish(answer, &p.live, finish))),
-                    None => panic!("a Handling polled after it returned its response"),
-                }
+        let state = &mut self.get_mut().0;
+        if let HandlingState::Underway(u) = state {
+            let answer = ready!(u.work.as_mut().poll(cx));
+            // Done, and the boxed work freed, before the fields go on.
+            if let HandlingState::Underway(u) = std::mem::replace(state, HandlingState::Done) {
+                return Poll::Ready(Ok(u.proxy.finish(answer, &u.live, u.finish)));
             }
+        }
+        match std::mem::replace(state, HandlingState::Done) {
+            HandlingState::Ready(response) => Poll::Ready(Ok(response)),
+            _ => panic!("a Handling polled after it returned its response"),
         }
     }
 }
@@ -731,6 +734,10 @@ impl Proxy {
     /// every `.await` moved the inner futures, so a HIT copied about 16 KB. With 1,000
     /// connections most of those copies landed in memory that had left the cache: 80 of a HIT's
     /// 140 last-level write misses in callgrind's cache model.
+    ///
+    /// Phases 1 to 3 and [`Proxy::finish`] therefore run inside hyper's `Service::call`. Over
+    /// HTTP/2 that is the connection's task, not the stream's, so they must not panic on any
+    /// input: a panic there would end the whole connection.
     pub fn handle(
         self: &Arc<Self>,
         req: Request<Incoming>,
@@ -751,9 +758,9 @@ impl Proxy {
             }),
         };
         match self.begin(req, client, secure, &live) {
-            Begun::Answered(answer) => Handling(HandlingState::Ready(Some(
-                self.finish(answer, &live, finish),
-            ))),
+            Begun::Answered(answer) => {
+                Handling(HandlingState::Ready(self.finish(answer, &live, finish)))
+            }
             Begun::Continue(rest) => {
                 let live = arc_swap::Guard::into_inner(live);
                 // Boxed as it is: an async block around it would be one more layer to move.
@@ -762,11 +769,11 @@ impl Proxy {
                     Some((_, origin)) => Box::pin(ORIGIN_MICROS.scope(Arc::clone(origin), work)),
                     None => Box::pin(work),
                 };
-                Handling(HandlingState::Pending(Pending {
+                Handling(HandlingState::Underway(Underway {
                     work,
                     proxy: Arc::clone(self),
                     live,
-                    finish: Some(finish),
+                    finish,
                 }))
             }
         }
