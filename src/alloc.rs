@@ -59,6 +59,24 @@ fn natural(size: usize, align: usize) -> bool {
     align <= PLAIN_ALIGN && size % align == 0
 }
 
+/// `plain()` when [`natural`] holds for `size` and `align`, else `aligned()`: one place for the
+/// choice all three allocating calls make.
+#[inline(always)]
+fn choose(
+    size: usize,
+    align: usize,
+    plain: impl FnOnce() -> *mut c_void,
+    aligned: impl FnOnce() -> *mut c_void,
+) -> *mut u8 {
+    if natural(size, align) {
+        let p = plain() as *mut u8;
+        debug_assert_eq!(p as usize % align, 0, "mi_malloc({size}) for align {align}");
+        p
+    } else {
+        aligned() as *mut u8
+    }
+}
+
 // SAFETY: each method hands the request to mimalloc's own entry point for it. Those keep
 // GlobalAlloc's contract for any layout when given the alignment. The unaligned ones are used
 // only when `natural` holds, and then the block mimalloc returns has the layout's alignment
@@ -68,29 +86,29 @@ fn natural(size: usize, align: usize) -> bool {
 unsafe impl GlobalAlloc for MiMalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let (size, align) = (layout.size(), layout.align());
         // SAFETY: see the impl.
         unsafe {
-            if natural(layout.size(), layout.align()) {
-                let p = mi_malloc(layout.size()) as *mut u8;
-                debug_assert_eq!(p as usize % layout.align(), 0);
-                p
-            } else {
-                mi_malloc_aligned(layout.size(), layout.align()) as *mut u8
-            }
+            choose(
+                size,
+                align,
+                || mi_malloc(size),
+                || mi_malloc_aligned(size, align),
+            )
         }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let (size, align) = (layout.size(), layout.align());
         // SAFETY: see the impl.
         unsafe {
-            if natural(layout.size(), layout.align()) {
-                let p = mi_zalloc(layout.size()) as *mut u8;
-                debug_assert_eq!(p as usize % layout.align(), 0);
-                p
-            } else {
-                mi_zalloc_aligned(layout.size(), layout.align()) as *mut u8
-            }
+            choose(
+                size,
+                align,
+                || mi_zalloc(size),
+                || mi_zalloc_aligned(size, align),
+            )
         }
     }
 
@@ -102,15 +120,15 @@ unsafe impl GlobalAlloc for MiMalloc {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let (p, align) = (ptr as *mut c_void, layout.align());
         // SAFETY: see the impl; the block keeps the layout's alignment at its new size.
         unsafe {
-            if natural(new_size, layout.align()) {
-                let p = mi_realloc(ptr as *mut c_void, new_size) as *mut u8;
-                debug_assert_eq!(p as usize % layout.align(), 0);
-                p
-            } else {
-                mi_realloc_aligned(ptr as *mut c_void, new_size, layout.align()) as *mut u8
-            }
+            choose(
+                new_size,
+                align,
+                || mi_realloc(p, new_size),
+                || mi_realloc_aligned(p, new_size, align),
+            )
         }
     }
 }
