@@ -216,7 +216,7 @@ pub enum PurgeError {
 /// [`Live`], swapped whole; each request reads it once and finishes on it.
 pub struct Proxy {
     live: ArcSwap<Live>,
-    store: ArcSwap<Maintained<String, Entry>>,
+    store: ArcSwap<Store>,
     /// What the store was built with (capacity, eviction, lab mode): a reload that changes it
     /// moves the contents into a new store.
     store_shape: std::sync::Mutex<(u64, crate::store::Eviction, bool)>,
@@ -349,17 +349,21 @@ fn store_shape(config: &ValidConfig) -> (u64, crate::store::Eviction, bool) {
     )
 }
 
+/// The proxy's store: cache keys (client-chosen URLs) hashed with foldhash, seeded at random per
+/// store, as hashbrown's maps are. std's SipHash took 290 instructions a lookup on a 40-byte key
+/// (callgrind, every HIT and every miss); no run-to-run reproducibility is lost, as the live
+/// store was already seeded at random.
+type Store = Maintained<String, Entry, foldhash::quality::RandomState>;
+
 /// The moka store for a configuration: byte capacity, eviction, weights, expiry.
-fn build_store(
-    config: &ValidConfig,
-    disk: Option<(Arc<DiskTier>, Arc<dyn Clock>)>,
-) -> Maintained<String, Entry> {
+fn build_store(config: &ValidConfig, disk: Option<(Arc<DiskTier>, Arc<dyn Clock>)>) -> Store {
     let lab = config.cache.lab_mode;
     let builder = moka_builder::<String, Entry>(config.cache.capacity, config.cache.eviction)
         .weigher(move |k: &String, v: &Entry| v.weight(k, lab))
         .expire_after(FreshFor)
         .support_invalidation_closures();
-    let cache: Cache<String, Entry> = match disk {
+    let hasher = foldhash::quality::RandomState::default();
+    let cache: Cache<String, Entry, _> = match disk {
         // What memory evicts for room, and the flash policy admitted, goes to disk once.
         Some((tier, clock)) => builder
             .eviction_listener(move |key: Arc<String>, entry: Entry, cause| {
@@ -375,8 +379,8 @@ fn build_store(
                     }
                 }
             })
-            .build(),
-        None => builder.build(),
+            .build_with_hasher(hasher),
+        None => builder.build_with_hasher(hasher),
     };
     Maintained::new(cache, lab)
 }
