@@ -195,12 +195,25 @@ impl Pool {
     pub async fn send(
         &self,
         origin: &OriginUrl,
-        mut request: Request<ProxyBody>,
+        request: Request<ProxyBody>,
     ) -> Result<Response<OriginBody>, PoolError> {
         let shelf = self.shelf(origin).cloned();
         if bodyless(&request) {
             return self.send_lean(origin, request, shelf).await;
         }
+        // Boxed: hyper's handshake and send make this path's future 1 KB larger than the lean
+        // one's, and every future that awaits this one (up to the request's) would carry and
+        // copy that kilobyte on every miss.
+        Box::pin(self.send_hyper(origin, request, shelf)).await
+    }
+
+    /// [`send`](Pool::send) for a request with a body, on hyper's client connection.
+    async fn send_hyper(
+        &self,
+        origin: &OriginUrl,
+        mut request: Request<ProxyBody>,
+        shelf: Option<Arc<Shelf>>,
+    ) -> Result<Response<OriginBody>, PoolError> {
         loop {
             let idle = shelf.as_ref().and_then(|s| s.take(self.idle_timeout));
             let reused = idle.is_some();
