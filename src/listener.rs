@@ -20,6 +20,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
+pub mod timer;
+
 /// How a listener treats its connections.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {

@@ -272,7 +272,8 @@ pub async fn start_with_source(
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
-        .timer(TokioTimer::new())
+        // Arms the header-read timeout of every request head without tokio's timer wheel.
+        .timer(listener::timer::Coarse)
         .header_read_timeout(config.timeouts.client_header)
         .max_buf_size(config.limits.max_header_bytes)
         .keep_alive(true);
