@@ -16,10 +16,11 @@
 #                  past the cache's capacity (256 MiB, the default); then resident memory
 #                  against what the cache accounts for (secondhit only; nginx keeps it on disk)
 #
-# Every scenario runs RUNS times (default 3), each round loading every cache once in turn, and a
-# table of medians follows, with each cache's requests/s over nginx's as the median of the
-# rounds' ratios: this machine is shared, and a cache run a few seconds after another can find
-# the machine busier (10-30 % between runs of the same build).
+# Every scenario runs RUNS times (default 3), each round loading every cache once in turn (each
+# round starting with the next cache), and a table of medians follows, with each cache's
+# requests/s over nginx's as the median of the rounds' ratios: this machine is shared, and a
+# cache run a few seconds after another can find the machine busier (10-30 % between runs of
+# the same build).
 #
 # Columns: requests/s, latency p50/p99, CPU per request (the cache's user+system CPU time over
 # the run / requests; nginx: master and workers), errors (non-2xx and socket errors), resident
@@ -115,7 +116,12 @@ http {
 NGINX
 nginx -p "$dir" -c "$dir/origin.conf"
 nginx -p "$dir" -c "$dir/cache.conf"
-target/production/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
+# Each server in a session of its own, as nginx's daemons are (setsid keeps the pid): with the
+# kernel's autogroups on (/proc/sys/kernel/sched_autogroup_enabled, Debian's default), CPU is
+# shared fairly between sessions first, so a cache started from this script would share one
+# session's share with wrk while nginx's caches had their own. Measured that way, secondhit's
+# miss_1k p99 was 2-5x nginx's (5-25 ms); in a session of its own it is nginx's.
+setsid target/production/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
   --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"
@@ -130,12 +136,16 @@ if [ -n "${BASELINE:-}" ]; then
   if [ -n "${LAB:-}" ]; then
     BASELINE_ARGS+=(--shadow admit-all,nth-hit:3,second-hit:window=10m --record "$dir/logs/lab.oracleGeneral")
   fi
-  "$BASELINE" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18084 \
+  setsid "$BASELINE" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18084 \
     --admin-listen 127.0.0.1:18094 --log-level warn "${BASELINE_ARGS[@]}" 2>"$dir/logs/baseline.log" &
   echo $! > "$dir/baseline.pid"
   ports="18082 18083 18084"
 fi
 sleep 1
+for f in "$dir"/secondhit.pid "$dir"/baseline.pid; do
+  # The pid must be the server's own (setsid did not fork), or its CPU would not be counted.
+  [ ! -f "$f" ] || kill -0 "$(cat "$f")" || { echo "the server of $f is not running" >&2; exit 1; }
+done
 
 # wrk scripts: a random one of 1,000 objects; a key never asked before.
 cat > "$dir/x1000.lua" <<'LUA'
@@ -184,7 +194,10 @@ for scenario in $SCENARIOS; do
   rounds=$RUNS; [ "$scenario" = fill_1k ] && rounds=1
   : > "$dir/results"
   for round in $(seq 1 "$rounds"); do
-  for port in $ports; do
+  # Each round starts with the next cache (nginx, secondhit, baseline; then secondhit, ...), so
+  # that no cache always runs right after the same other one.
+  order=$(echo $ports | awk -v r="$round" '{ for (i = 0; i < NF; i++) printf "%s ", $((i + r - 1) % NF + 1) }')
+  for port in $order; do
     if [ "$scenario" = fill_1k ]; then
       [ "$port" = 18082 ] && continue
       pids=$(pids_of $port)

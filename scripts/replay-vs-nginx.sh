@@ -60,14 +60,16 @@ NGINX
 printf '| cache | requests | hit ratio (X-Cache) | byte hit ratio | origin requests | origin offload | errors | corrupted | req/s | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 nginx_held=$ws
 for cache in nginx secondhit secondhit-as-nginx; do
-  # A fresh origin each time, so its counters start at 0.
-  $bin origin --listen 127.0.0.1:18081 --max-age 86400 2>/dev/null & echo $! > "$dir/origin.pid"
+  # A fresh origin each time, so its counters start at 0. The origin and the cache each in a
+  # session of its own, as nginx's daemon is: with the kernel's autogroups, CPU is shared fairly
+  # between sessions first, and a cache in this script's session would share the replayer's.
+  setsid $bin origin --listen 127.0.0.1:18081 --max-age 86400 2>/dev/null & echo $! > "$dir/origin.pid"
   if [ $cache = nginx ]; then
     rm -rf "$dir/cache"/*; nginx -p "$dir" -c "$dir/nginx.conf"; port=18082
   else
     # The third run (secondhit-as-nginx) gets the space nginx's cache really took.
     capacity=$ws; [ $cache = secondhit-as-nginx ] && capacity=$nginx_held
-    $bin serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 \
+    setsid $bin serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 \
       --capacity "$capacity" --max-object-size "$ws" --log-level warn 2>/dev/null & echo $! > "$dir/serve.pid"; port=18083
   fi
   sleep 1
