@@ -140,7 +140,9 @@ runs=${RUNS:-nginx:1 nginx:2 secondhit:admit-all secondhit:second-hit secondhit:
 for run in $runs; do
   cache=${run%%:*}
   policy=${run#*:}
-  $bin origin --listen 127.0.0.1:18081 --max-age 86400 2>/dev/null & echo $! > "$dir/origin.pid"
+  # The origin and each cache in a session of its own, as nginx's daemon is (the kernel's
+  # autogroups share CPU between sessions first; see bench-proxy.sh).
+  setsid $bin origin --listen 127.0.0.1:18081 --max-age 86400 2>/dev/null & echo $! > "$dir/origin.pid"
   wait_for 18081
   rm -rf "$dir/nginx-cache" "$dir/disk"
   if [ "$cache" = nginx ]; then
@@ -155,7 +157,7 @@ for run in $runs; do
     # Memory admits all (the flash policy alone decides what reaches flash), or the defaults.
     memory_policy=admit-all
     [ "$cache" = default ] && memory_policy=second-hit
-    $bin serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 \
+    setsid $bin serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 \
       --capacity "$memory" --policy "$memory_policy" --disk-dir "$dir/disk" --disk-capacity "$disk" \
       --disk-policy "$policy" --log-level warn 2>/dev/null & echo $! > "$dir/serve.pid"; port=18083
     wait_for 18093
