@@ -196,19 +196,22 @@ pub const UNKEYED_OVERRIDES: [&str; 16] = [
     "x-method-override",
 ];
 
+/// Whether `name` is one of [`UNKEYED_OVERRIDES`], also spelt with `_` for `-`.
+pub fn is_unkeyed_override(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    UNKEYED_OVERRIDES.iter().any(|o| {
+        o.len() == n.len()
+            && o.bytes()
+                .zip(n.bytes())
+                .all(|(a, b)| a == b || (a == b'-' && b == b'_'))
+    })
+}
+
 /// Removes [`UNKEYED_OVERRIDES`] from a request's headers, also spelt with `_` for `-`.
 pub fn strip_unkeyed_overrides(headers: &mut HeaderMap) {
     let found: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| {
-            let n = name.as_str();
-            UNKEYED_OVERRIDES.iter().any(|o| {
-                o.len() == n.len()
-                    && o.bytes()
-                        .zip(n.bytes())
-                        .all(|(a, b)| a == b || (a == b'-' && b == b'_'))
-            })
-        })
+        .filter(|name| is_unkeyed_override(name))
         .cloned()
         .collect();
     for name in found {

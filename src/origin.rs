@@ -238,6 +238,20 @@ impl Origins {
         self.default.as_ref()
     }
 
+    /// This thread's worker's HTTP/1.1 connections (the first worker's off the worker threads),
+    /// for a bodyless request written by the lean exchange itself
+    /// ([`Pool::send_bodyless`](pool::Pool::send_bodyless)); `None` when origins are reached over
+    /// HTTP/2 (`tls.origin_http2`), which takes whole requests ([`Origins::send`]).
+    pub fn lean_pool(&self) -> Option<&pool::Pool> {
+        match &self.transport {
+            Transport::Http1(pools) => {
+                let i = WORKER.with(|w| w.get());
+                Some(&pools[i % pools.len()])
+            }
+            Transport::Negotiated(_) => None,
+        }
+    }
+
     /// Sends `request` (origin-form, with its `Host`) to `origin` through this thread's
     /// worker's connections (the first worker's off the worker threads) and returns the
     /// response head.

@@ -1148,44 +1148,74 @@ impl Proxy {
         live: &Arc<Live>,
     ) -> Answer {
         let Storing { leader, tiers } = storing;
-        let upload = if body.is_end_stream() {
-            Upload::none()
-        } else {
-            match Upload::read_ahead(body, live.limits.request_ahead, live.timeouts.client_body)
-                .await
-            {
-                Ok(u) => u,
-                Err(_) => return self.refuse(Refusal::BadRequestBody),
-            }
-        };
-        let upload_failed = upload.failed();
         let mut parts = parts;
         if intent == Intent::Admitted {
             // The object will be stored: fetch it whole, whatever the client's own conditions
             // (a 304 to them could not be stored); the client then gets the full response.
             revalidate::strip_client_conditionals(&mut parts.headers);
         }
-        let method = parts.method.clone();
-        let head_request = method == Method::HEAD;
-        // The selecting headers of a stored variant are the ones the origin received.
-        let request_headers = (intent == Intent::Admitted).then(|| parts.headers.clone());
+        let head_request = parts.method == Method::HEAD;
         let authorized = parts.headers.contains_key(header::AUTHORIZATION);
-        let request = match upstream_request(
-            parts.method,
-            parts.headers,
-            target,
-            client,
-            upload.into_body(),
-            &live.forwarded,
-        ) {
-            Ok(r) => r,
-            Err(_) => return self.refuse(Refusal::BadTarget),
-        };
-
         // 5. fetch
-        let response = match self.fetch(request, target, &upload_failed, live).await {
-            Ok(r) => r,
-            Err(e) => return self.fetch_failed(e),
+        let lean = match live.origins.lean_pool() {
+            // GET and HEAD come without a body (`check` refuses one): the lean exchange writes
+            // their head straight from the client's (every cache miss takes this way).
+            Some(pool) if body.is_end_stream() && (head_request || parts.method == Method::GET) => {
+                Some(pool)
+            }
+            _ => None,
+        };
+        let (response, method, request_headers) = if let Some(pool) = lean {
+            let head = fetch::OriginHead {
+                method: &parts.method,
+                headers: &parts.headers,
+                target,
+                client,
+                forwarded: &live.forwarded,
+            };
+            let sent = async {
+                pool.send_bodyless(&target.origin, &head)
+                    .await
+                    .map_err(crate::origin::SendError::from)
+            };
+            let response = match self.fetch(sent, target, None, live).await {
+                Ok(r) => r,
+                Err(e) => return self.fetch_failed(e),
+            };
+            // The selecting headers of a stored variant are the ones the origin received.
+            let kept = (intent == Intent::Admitted).then_some(parts.headers);
+            (response, parts.method, kept)
+        } else {
+            let upload = if body.is_end_stream() {
+                Upload::none()
+            } else {
+                match Upload::read_ahead(body, live.limits.request_ahead, live.timeouts.client_body)
+                    .await
+                {
+                    Ok(u) => u,
+                    Err(_) => return self.refuse(Refusal::BadRequestBody),
+                }
+            };
+            let upload_failed = upload.failed();
+            let method = parts.method.clone();
+            let kept = (intent == Intent::Admitted).then(|| parts.headers.clone());
+            let request = match upstream_request(
+                parts.method,
+                parts.headers,
+                target,
+                client,
+                upload.into_body(),
+                &live.forwarded,
+            ) {
+                Ok(r) => r,
+                Err(_) => return self.refuse(Refusal::BadTarget),
+            };
+            let sent = live.origins.send(&target.origin, request);
+            let response = match self.fetch(sent, target, Some(&upload_failed), live).await {
+                Ok(r) => r,
+                Err(e) => return self.fetch_failed(e),
+            };
+            (response, method, kept)
         };
         if !is_safe(&method)
             && (response.status().is_success() || response.status().is_redirection())
@@ -1298,21 +1328,18 @@ impl Proxy {
         }
     }
 
-    /// Phase 5: sends the request and waits (up to `first_byte`) for the response head.
+    /// Phase 5: waits (up to `first_byte`) for the response head of a request `sent` to the
+    /// origin. `upload_failed` is set if the client's request body broke off on the way.
     async fn fetch(
         &self,
-        request: Request<ProxyBody>,
+        sent: impl Future<Output = Result<Response<OriginBody>, crate::origin::SendError>>,
         target: &Target,
-        upload_failed: &std::sync::atomic::AtomicBool,
+        upload_failed: Option<&std::sync::atomic::AtomicBool>,
         live: &Live,
     ) -> Result<Response<OriginBody>, FetchError> {
         self.metrics.origin_request();
         let asked = Instant::now();
-        let sent = tokio::time::timeout(
-            live.timeouts.first_byte,
-            live.origins.send(&target.origin, request),
-        )
-        .await;
+        let sent = tokio::time::timeout(live.timeouts.first_byte, sent).await;
         let failure = match sent {
             Ok(Ok(response)) => {
                 let micros = u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX - 1);
@@ -1330,11 +1357,13 @@ impl Proxy {
         };
         // A request body that broke off is the client's failure, whatever the client library
         // made of it.
-        Err(if upload_failed.load(Ordering::Relaxed) {
-            FetchError::ClientBody
-        } else {
-            failure
-        })
+        Err(
+            if upload_failed.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                FetchError::ClientBody
+            } else {
+                failure
+            },
+        )
     }
 
     fn count_fetch_failure(&self, e: FetchError) {

@@ -550,6 +550,56 @@ async fn a_get_with_a_body_is_refused_and_unkeyed_headers_never_reach_the_origin
     p.shutdown().await;
 }
 
+#[tokio::test]
+async fn the_origin_gets_the_normalised_host_the_client_address_and_via() {
+    // What a miss sends: the fields allowed, Host as the key has it, the client's address in
+    // X-Forwarded-For and this cache in Via; with the client's own forwarding fields allow-listed,
+    // they come first.
+    let req = "GET /h?x=1 HTTP/1.1\r\nHost: Media.Test.:80\r\nX-Forwarded-For: 6.6.6.6\r\n\
+               Via: 1.0 upstream\r\nAccept: text/html\r\nUser-Agent: t\r\nX-Other: 1\r\n\
+               Connection: close\r\n\r\n";
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "",
+            &[
+                "accept: text/html",
+                "host: media.test",
+                "user-agent: t",
+                "via: 1.1 secondhit",
+                "x-forwarded-for: 127.0.0.1",
+            ],
+        ),
+        (
+            "[cache]\nforwarded_request_headers = [\"x-forwarded-for\", \"via\", \"accept\"]",
+            &[
+                "accept: text/html",
+                "host: media.test",
+                "via: 1.0 upstream",
+                "via: 1.1 secondhit",
+                "x-forwarded-for: 6.6.6.6, 127.0.0.1",
+            ],
+        ),
+    ];
+    for (config, expected) in cases {
+        let o = RawOrigin::cacheable().await;
+        let (p, _) = start(&o.url(), config).await;
+        let r = raw(p.addr, req.as_bytes()).await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        let seen = o.requests();
+        assert_eq!(seen.len(), 1);
+        let mut lines = seen[0].split("\r\n");
+        assert_eq!(lines.next(), Some("GET /h?x=1 HTTP/1.1"));
+        let mut fields: Vec<String> = lines
+            .filter(|l| !l.is_empty())
+            .map(|l| l.to_ascii_lowercase())
+            .collect();
+        // Field order across names carries no meaning; within Via it does (sort is stable).
+        fields.sort_by(|a, b| a.split(':').next().cmp(&b.split(':').next()));
+        assert_eq!(fields, expected, "config {config:?}");
+        p.shutdown().await;
+    }
+}
+
 // ---- Issue 16: no client may hold unbounded resources. ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,18 +164,19 @@ impl Conn {
     /// follows it) and reads the response head, skipping interim responses. On failure, also
     /// says whether the origin sent nothing at all, so that a request on a reused connection the
     /// origin had closed can be sent again.
-    pub async fn exchange(
+    pub async fn exchange<R: LeanRequest + ?Sized>(
         &mut self,
-        request: &Request<ProxyBody>,
+        request: &R,
         max_head: usize,
     ) -> Result<Head, (H1Error, bool)> {
-        encode(request, &mut self.out);
+        self.out.clear();
+        request.write_head(&mut self.out);
         let sent = async {
             self.io.write_all(&self.out).await?;
             self.io.flush().await
         };
         sent.await.map_err(|e| (H1Error::Io(e), true))?;
-        let head_request = request.method() == Method::HEAD;
+        let head_request = request.is_head();
         let mut received = false;
         let mut interim = 0;
         loop {
@@ -268,19 +269,43 @@ impl Conn {
 }
 
 /// `request`'s head as HTTP/1.1 puts it on the wire.
-fn encode(request: &Request<ProxyBody>, out: &mut Vec<u8>) {
-    out.clear();
-    out.extend_from_slice(request.method().as_str().as_bytes());
-    out.push(b' ');
-    let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in request.headers() {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+/// A bodyless request as the lean exchange sends it: a whole [`Request`], or a description the
+/// proxy writes without building one (`proxy::fetch::OriginHead`).
+pub trait LeanRequest: Sync {
+    /// Appends the request head (request line, fields, the empty line) to `out`.
+    fn write_head(&self, out: &mut Vec<u8>);
+    /// Whether the method is HEAD (the response then has no body, whatever it announces).
+    fn is_head(&self) -> bool;
+}
+
+impl LeanRequest for Request<ProxyBody> {
+    fn write_head(&self, out: &mut Vec<u8>) {
+        let target = self.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        write_request_line(self.method(), target, out);
+        for (name, value) in self.headers() {
+            write_field(name.as_str().as_bytes(), value.as_bytes(), out);
+        }
         out.extend_from_slice(b"\r\n");
     }
+
+    fn is_head(&self) -> bool {
+        self.method() == Method::HEAD
+    }
+}
+
+/// Appends `METHOD target HTTP/1.1\r\n`.
+pub fn write_request_line(method: &Method, target: &str, out: &mut Vec<u8>) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+}
+
+/// Appends `name: value\r\n`.
+pub fn write_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 

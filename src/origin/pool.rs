@@ -199,7 +199,7 @@ impl Pool {
     ) -> Result<Response<OriginBody>, PoolError> {
         let shelf = self.shelf(origin).cloned();
         if bodyless(&request) {
-            return self.send_lean(origin, request, shelf).await;
+            return self.send_lean(origin, &request, shelf).await;
         }
         // Boxed: hyper's handshake and send make this path's future 1 KB larger than the lean
         // one's, and every future that awaits this one (up to the request's) would carry and
@@ -238,15 +238,26 @@ impl Pool {
         }
     }
 
+    /// Sends a request without a body (GET or HEAD), whose head `request` writes, by the lean
+    /// exchange; as [`send`](Pool::send) otherwise.
+    pub async fn send_bodyless<R: h1::LeanRequest + ?Sized>(
+        &self,
+        origin: &OriginUrl,
+        request: &R,
+    ) -> Result<Response<OriginBody>, PoolError> {
+        let shelf = self.shelf(origin).cloned();
+        self.send_lean(origin, request, shelf).await
+    }
+
     /// [`send`](Pool::send) for a request without a body, by the lean exchange: on an idle
     /// connection, or a new one. A reused connection that took the request and closed without
     /// a byte of answer (the origin timed it out as it was sent) costs one more try, on a new
     /// connection and only once: GET and HEAD are safe to send again, but a request that makes
     /// the origin drop connections must not go to every idle one in turn.
-    async fn send_lean(
+    async fn send_lean<R: h1::LeanRequest + ?Sized>(
         &self,
         origin: &OriginUrl,
-        request: Request<ProxyBody>,
+        request: &R,
         shelf: Option<Arc<Shelf>>,
     ) -> Result<Response<OriginBody>, PoolError> {
         let mut retried = false;
@@ -262,7 +273,7 @@ impl Pool {
                     self.connect_stream(origin).await?,
                 ))),
             };
-            match conn.exchange(&request, self.max_head).await {
+            match conn.exchange(request, self.max_head).await {
                 Ok(head) => {
                     self.sweep_in_background();
                     let body = OriginBody {

@@ -128,19 +128,45 @@ pub fn check(
 /// wrong. `*` in `forwarded` forwards every field but the override fields (the open setting, for
 /// origins that trust their clients' fields, and for test suites that tag requests with their own).
 pub fn forwardable(method: &Method, headers: &mut HeaderMap, forwarded: &[HeaderName]) {
-    let all = forwarded.iter().any(|n| n.as_str() == "*");
-    if !all && (method == Method::GET || method == Method::HEAD) {
-        // Host stays: the caller sets it to the normalised host.
-        let dropped: Vec<HeaderName> = headers
-            .keys()
-            .filter(|name| *name != header::HOST && !forwarded.contains(name))
-            .cloned()
-            .collect();
-        for name in dropped {
-            headers.remove(name);
+    let rule = Forwarding::new(method, forwarded);
+    let dropped: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| !rule.keeps(name))
+        .cloned()
+        .collect();
+    for name in dropped {
+        headers.remove(name);
+    }
+}
+
+/// [`forwardable`]'s rule for one request, field by field: what a writer of the origin's request
+/// head applies without changing the client's headers.
+#[derive(Clone, Copy, Debug)]
+pub struct Forwarding<'a> {
+    /// Only `Host` and the `forwarded` fields (GET and HEAD without `*`); else all but the
+    /// override fields.
+    listed_only: bool,
+    forwarded: &'a [HeaderName],
+}
+
+impl<'a> Forwarding<'a> {
+    /// The rule for a request with `method`, given the `forwarded` allow-list.
+    pub fn new(method: &Method, forwarded: &'a [HeaderName]) -> Forwarding<'a> {
+        let all = forwarded.iter().any(|n| n.as_str() == "*");
+        Forwarding {
+            listed_only: !all && (method == Method::GET || method == Method::HEAD),
+            forwarded,
         }
-    } else {
-        http_cache::strip_unkeyed_overrides(headers);
+    }
+
+    /// Whether a field named `name` reaches the origin.
+    pub fn keeps(&self, name: &HeaderName) -> bool {
+        if self.listed_only {
+            // Host stays: the caller sets it to the normalised host.
+            name == header::HOST || self.forwarded.contains(name)
+        } else {
+            !http_cache::is_unkeyed_override(name)
+        }
     }
 }
 

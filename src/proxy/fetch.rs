@@ -6,9 +6,10 @@
 //! connection; a longer body streams, and if it breaks off later the failure is still named as
 //! the client's.
 
-use super::check::Target;
+use super::check::{Forwarding, Target};
 use super::outcome::{CacheStatus, Fwd};
 use crate::body::{empty, full, text, BoxError, ProxyBody};
+use crate::origin::h1::{write_field, write_request_line, LeanRequest};
 use crate::origin::OriginError;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
@@ -224,31 +225,106 @@ pub fn upstream_request(
 
 const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
 
-/// An address as a field value; IPv4 (every request on most edges) without the formatting
-/// machinery.
+/// The head of a bodyless request (GET or HEAD) as its origin receives it, written straight from
+/// the client's request by the lean exchange: the request [`upstream_request`] builds (the same
+/// fields, rules and values), without copying the client's fields into a new map and growing it
+/// for `X-Forwarded-For` and `Via` (callgrind: 1,600 instructions a miss for wrk's one-field
+/// requests, and a removal per field dropped beyond that). The fields keep the client's order;
+/// `Host` and `X-Forwarded-For` take the place of the client's, or come last, and `Via` comes
+/// last.
+pub struct OriginHead<'a> {
+    /// GET or HEAD.
+    pub method: &'a Method,
+    /// The client's fields, hop-by-hop ones already removed.
+    pub headers: &'a HeaderMap,
+    /// Where it goes: the path and query, and the normalised host.
+    pub target: &'a Target,
+    /// The client's address, for `X-Forwarded-For`.
+    pub client: IpAddr,
+    /// The forwarded fields (`cache.forwarded_request_headers`).
+    pub forwarded: &'a [http::HeaderName],
+}
+
+impl LeanRequest for OriginHead<'_> {
+    fn write_head(&self, out: &mut Vec<u8>) {
+        let rule = Forwarding::new(self.method, self.forwarded);
+        write_request_line(self.method, self.target.path_and_query.as_str(), out);
+        let host = self.target.host.as_str().as_bytes();
+        let (mut host_written, mut forwarded_for_written) = (false, false);
+        for (name, value) in self.headers {
+            if !rule.keeps(name) {
+                continue;
+            }
+            if name == header::HOST {
+                // One Host (`check` refuses two), the normalised one.
+                if !host_written {
+                    write_field(b"host", host, out);
+                    host_written = true;
+                }
+            } else if name == X_FORWARDED_FOR {
+                // The first value, if text, then the client; the others are replaced.
+                if !forwarded_for_written {
+                    self.write_forwarded_for(value.to_str().ok(), out);
+                    forwarded_for_written = true;
+                }
+            } else {
+                write_field(name.as_str().as_bytes(), value.as_bytes(), out);
+            }
+        }
+        if !host_written {
+            write_field(b"host", host, out);
+        }
+        if !forwarded_for_written {
+            self.write_forwarded_for(None, out);
+        }
+        write_field(b"via", b"1.1 secondhit", out);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn is_head(&self) -> bool {
+        self.method == Method::HEAD
+    }
+}
+
+impl OriginHead<'_> {
+    fn write_forwarded_for(&self, earlier: Option<&str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"x-forwarded-for: ");
+        if let Some(earlier) = earlier {
+            out.extend_from_slice(earlier.as_bytes());
+            out.extend_from_slice(b", ");
+        }
+        write_ip(self.client, out);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// An address as a field value.
 fn ip_value(ip: IpAddr) -> HeaderValue {
+    let mut out = Vec::with_capacity(15);
+    write_ip(ip, &mut out);
+    HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static("-"))
+}
+
+/// Appends an address as `Display` writes it; IPv4 (every request on most edges) without the
+/// formatting machinery.
+fn write_ip(ip: IpAddr, out: &mut Vec<u8>) {
     let IpAddr::V4(v4) = ip else {
-        return HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("-"));
+        use std::io::Write as _;
+        let _ = write!(out, "{ip}"); // a Vec takes every byte
+        return;
     };
-    let mut out = [0u8; 15];
-    let mut n = 0;
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            out[n] = b'.';
-            n += 1;
+            out.push(b'.');
         }
         if octet >= 100 {
-            out[n] = b'0' + octet / 100;
-            n += 1;
+            out.push(b'0' + octet / 100);
         }
         if octet >= 10 {
-            out[n] = b'0' + octet / 10 % 10;
-            n += 1;
+            out.push(b'0' + octet / 10 % 10);
         }
-        out[n] = b'0' + octet % 10;
-        n += 1;
+        out.push(b'0' + octet % 10);
     }
-    HeaderValue::from_bytes(&out[..n]).unwrap_or(HeaderValue::from_static("-"))
 }
 
 /// Makes an origin response head fit to forward and returns the body length to expect: hop-by-hop
@@ -284,6 +360,129 @@ pub fn content_length(headers: &HeaderMap) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::origin::Origins;
+    use rand::{RngExt, SeedableRng};
+    use std::collections::BTreeMap;
+
+    /// A request head as written: the request line, and each field's values in order by name.
+    type Written = (String, BTreeMap<String, Vec<Vec<u8>>>);
+
+    fn read_head(bytes: &[u8]) -> Written {
+        let mut fields = [httparse::EMPTY_HEADER; 64];
+        let mut r = httparse::Request::new(&mut fields);
+        assert!(matches!(r.parse(bytes), Ok(httparse::Status::Complete(n)) if n == bytes.len()));
+        let line = format!("{} {}", r.method.unwrap(), r.path.unwrap());
+        let mut by_name: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+        for f in r.headers.iter() {
+            by_name
+                .entry(f.name.to_ascii_lowercase())
+                .or_default()
+                .push(f.value.to_vec());
+        }
+        (line, by_name)
+    }
+
+    #[test]
+    fn the_written_origin_head_is_the_request_upstream_request_builds() {
+        // Every combination of method, allow-list, client address and Host form, over random
+        // sets of fields (forwarded or not, overrides spelt both ways, repeated, obs-text).
+        let config = Config::from_toml("origin = \"http://127.0.0.1:1000\"").unwrap();
+        let origins = Origins::new(&config).unwrap();
+        let rules = super::super::check::Rules {
+            scheme: "http",
+            default_port: 80,
+            max_uri: 1000,
+        };
+        let names = [
+            "accept",
+            "accept-encoding",
+            "user-agent",
+            "cookie",
+            "via",
+            "x-forwarded-for",
+            "x-forwarded-host",
+            "x_forwarded_host",
+            "x-tag",
+            "authorization",
+            "range",
+            "if-none-match",
+            "content-length",
+        ];
+        let values: [&[u8]; 6] = [b"a", b"1.2.3.4", b"gzip, br", b"", b"caf\xe9", b"0"];
+        let allow_lists: [Vec<http::HeaderName>; 4] = [
+            config.cache.forwarded_request_headers.clone(),
+            Vec::new(),
+            vec![http::HeaderName::from_static("*")],
+            ["x-forwarded-for", "via", "x-tag"]
+                .map(http::HeaderName::from_static)
+                .to_vec(),
+        ];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        let mut compared = 0;
+        for round in 0..300 {
+            let mut fields = Vec::new();
+            for _ in 0..rng.random_range(0..9) {
+                let name = names[rng.random_range(0..names.len())];
+                let value = values[rng.random_range(0..values.len())];
+                fields.push((name, value));
+            }
+            for method in [Method::GET, Method::HEAD] {
+                for (host_form, host) in [(0, "a.test"), (1, "A.Test.:80"), (2, "")] {
+                    let mut b = Request::builder().method(method.clone());
+                    b = if host_form == 2 {
+                        // HTTP/2: the authority in the URI, no Host field.
+                        b.version(http::Version::HTTP_2).uri("http://a.test/p?q=1")
+                    } else {
+                        b.uri("/p?q=1").header(header::HOST, host)
+                    };
+                    for (name, value) in &fields {
+                        b = b.header(*name, HeaderValue::from_bytes(value).unwrap());
+                    }
+                    let (parts, ()) = b.body(()).unwrap().into_parts();
+                    let target = super::super::check::check(&parts, true, &rules, &origins)
+                        .expect("a valid request");
+                    let client: IpAddr = if round % 2 == 0 {
+                        "10.0.0.7"
+                    } else {
+                        "2001:db8::1"
+                    }
+                    .parse()
+                    .unwrap();
+                    for forwarded in &allow_lists {
+                        let head = OriginHead {
+                            method: &method,
+                            headers: &parts.headers,
+                            target: &target,
+                            client,
+                            forwarded,
+                        };
+                        let mut direct = Vec::new();
+                        head.write_head(&mut direct);
+                        let built = upstream_request(
+                            method.clone(),
+                            parts.headers.clone(),
+                            &target,
+                            client,
+                            empty(),
+                            forwarded,
+                        )
+                        .unwrap();
+                        let mut encoded = Vec::new();
+                        built.write_head(&mut encoded);
+                        assert_eq!(
+                            read_head(&direct),
+                            read_head(&encoded),
+                            "{method} {fields:?} host {host:?} forwarded {forwarded:?}"
+                        );
+                        assert_eq!(head.is_head(), method == Method::HEAD);
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, 300 * 2 * 3 * 4);
+    }
 
     #[test]
     fn addresses_are_written_as_display_writes_them() {

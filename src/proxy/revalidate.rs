@@ -22,7 +22,6 @@ use http::header::{self, HeaderMap};
 use http::request::Parts;
 use http::{Method, Response, StatusCode, Uri};
 use std::net::IpAddr;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -128,7 +127,12 @@ impl Proxy {
             Err(_) => return self.refuse(Refusal::BadTarget),
         };
         let response = match self
-            .fetch(request, target, &AtomicBool::new(false), live)
+            .fetch(
+                live.origins.send(&target.origin, request),
+                target,
+                None,
+                live,
+            )
             .await
         {
             Ok(r) => r,
@@ -182,7 +186,12 @@ impl Proxy {
                 return self.refuse(Refusal::BadTarget);
             };
             return match self
-                .fetch(request, target, &AtomicBool::new(false), live)
+                .fetch(
+                    live.origins.send(&target.origin, request),
+                    target,
+                    None,
+                    live,
+                )
                 .await
             {
                 Ok(r) => self.replace(r, &parts, target, leader, live).await,
@@ -304,7 +313,12 @@ impl Proxy {
                 return;
             };
             let Ok(response) = proxy
-                .fetch(upstream, &target, &AtomicBool::new(false), &live)
+                .fetch(
+                    live.origins.send(&target.origin, upstream),
+                    &target,
+                    None,
+                    &live,
+                )
                 .await
             else {
                 return; // counted by fetch; the stale object stays as it is
