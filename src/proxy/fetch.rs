@@ -302,7 +302,7 @@ impl OriginHead<'_> {
 fn ip_value(ip: IpAddr) -> HeaderValue {
     let mut out = Vec::with_capacity(15);
     write_ip(ip, &mut out);
-    HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static("-"))
+    HeaderValue::from_maybe_shared(Bytes::from(out)).unwrap_or(HeaderValue::from_static("-"))
 }
 
 /// Appends an address as `Display` writes it; IPv4 (every request on most edges) without the
