@@ -583,6 +583,15 @@ fn sigusr1_reopens_the_access_log_for_rotation() {
             .unwrap_or(0)
     };
     get(0);
+    // The log is written off the request path: rotate once the first line is in the file (a
+    // line still queued when the signal comes goes to the new file, as it should).
+    for _ in 0..400 {
+        if count(&log) == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(count(&log), 1, "the first request's line was written");
     let rotated = dir.join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
     let kill = |sig: &str| signal(&child, sig);
