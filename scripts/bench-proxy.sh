@@ -23,8 +23,11 @@
 # the same build).
 #
 # Columns: requests/s, latency p50/p99, CPU per request (the cache's user+system CPU time over
-# the run / requests; nginx: master and workers), errors (non-2xx and socket errors), resident
-# memory after the run (nginx: the sum of its processes', shared pages counted in each).
+# the run / requests; nginx: master and workers) and its split into user and system time, wrk's
+# own CPU per request (it shares the two cores), errors (non-2xx and socket errors), resident
+# memory after the run (nginx: the sum of its processes', shared pages counted in each). When
+# hit_1k and hit_1k_c1000 both ran, a last table sets each cache's rate at 1,000 connections
+# against its rate at 64, with where the CPU per request went.
 #
 # usage: scripts/bench-proxy.sh   (installs nginx and wrk from Debian if missing)
 #        BASELINE=path/to/older/secondhit scripts/bench-proxy.sh
@@ -183,12 +186,14 @@ pids_of() {
 # User + system CPU ticks of the processes.
 # (nginx's cache loader exits after a minute: a process gone is skipped.)
 ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+user_ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
 rss_mib() { local k=0; for p in "$@"; do k=$((k + $(awk '/^VmRSS/{print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $((k / 1024)); }
 hz=$(getconf CLK_TCK)
 
 fills=""
 summary=""
-printf '| scenario | round | cache | requests/s | p50 | p99 | CPU us/request | errors | RSS MiB | X-Cache |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n'
+printf '| scenario | round | cache | requests/s | p50 | p99 | CPU us/request | user / system | wrk us/request | errors | RSS MiB | X-Cache |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n'
+: > "$dir/all"
 run=0
 for scenario in $SCENARIOS; do
   rounds=$RUNS; [ "$scenario" = fill_1k ] && rounds=1
@@ -231,17 +236,26 @@ for scenario in $SCENARIOS; do
     case $scenario in miss_1k) ;; *) for _ in 1 2 3; do curl -s -o /dev/null "$url$path"; done ;; esac
     xc=$(curl -s -D - -o /dev/null "$url$path" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache"{print $2}')
     pids=$(pids_of $port)
-    t0=$(ticks $pids)
+    t0=$(ticks $pids); u0=$(user_ticks $pids)
     extra=(); [ "$scenario" = miss_1k ] && extra=(-- "r$run")
-    out=$(wrk -t1 -c$conns -d${DURATION}s --latency "${args[@]}" "$url$path" "${extra[@]}")
-    t1=$(ticks $pids)
+    # wrk's CPU: the subshell's waited-for children's user + system ticks (stat fields 16, 17),
+    # read with builtins only once wrk has exited.
+    out=$(wrk -t1 -c$conns -d${DURATION}s --latency "${args[@]}" "$url$path" "${extra[@]}"
+      read -r stat < /proc/$BASHPID/stat; echo "WRKSTAT ${stat##*) }")
+    t1=$(ticks $pids); u1=$(user_ticks $pids)
     total=$(echo "$out" | awk '/requests in/{print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
     lat() { echo "$out" | awk -v p="$1" '$1==p{print $2}'; }
     errors=$(echo "$out" | awk '/Non-2xx/{n+=$NF} /Socket errors/{gsub(",","");n+=$4+$6+$8+$10} END{print n+0}')
-    cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$total" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}')
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$scenario" "$round" "$name" "$rps" "$(lat 50%)" "$(lat 99%)" "$cpu" "$errors" "$(rss_mib $pids)" "$xc"
+    per() { awk -v t="$1" -v hz="$hz" -v n="$total" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}'; }
+    cpu=$(per $((t1 - t0)))
+    user=$(per $((u1 - u0))); sys=$(per $((t1 - t0 - u1 + u0)))
+    # After "state ppid ..." (the text after the command's closing parenthesis), cutime and
+    # cstime are the 14th and 15th fields.
+    wrkcpu=$(per "$(echo "$out" | awk '/^WRKSTAT/{print $15 + $16}')")
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s |\n' "$scenario" "$round" "$name" "$rps" "$(lat 50%)" "$(lat 99%)" "$cpu" "$user" "$sys" "$wrkcpu" "$errors" "$(rss_mib $pids)" "$xc"
     echo "$round $port $rps $cpu $(lat 99%) $errors" >> "$dir/results"
+    echo "$scenario $round $port $rps $user $sys $wrkcpu" >> "$dir/all"
   done
   done
   [ "$scenario" = fill_1k ] && continue
@@ -270,6 +284,25 @@ if [ -n "$summary" ]; then
   echo '| scenario | cache | requests/s | p99 | CPU us/request | errors (all rounds) | requests/s / nginx |'
   echo '|---|---|---:|---:|---:|---:|---:|'
   printf '%s' "$summary"
+fi
+if grep -q '^hit_1k ' "$dir/all" && grep -q '^hit_1k_c1000 ' "$dir/all"; then
+  echo
+  echo "Many connections: hit_1k_c1000 against hit_1k (medians over the rounds; CPU in us a request):"
+  echo
+  echo '| cache | requests/s at 64 | at 1,000 | 1,000 / 64 | user 64 -> 1,000 | system 64 -> 1,000 | wrk 64 -> 1,000 |'
+  echo '|---|---:|---:|---:|---:|---:|---:|'
+  for port in $ports; do
+    case $port in 18082) name="nginx" ;; 18083) name="secondhit" ;; *) name="baseline" ;; esac
+    awk -v p="$port" -v name="$name" '
+      function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+      $3 == p && ($1 == "hit_1k" || $1 == "hit_1k_c1000") { k = $1; n[k]++; r[k, n[k]] = $4; u[k, n[k]] = $5; s[k, n[k]] = $6; w[k, n[k]] = $7 }
+      function m(arr, k,   i, t) { for (i = 1; i <= n[k]; i++) t[i] = arr[k, i]; return median(t, n[k]) }
+      END {
+        a = "hit_1k"; b = "hit_1k_c1000"
+        printf "| %s | %.0f | %.0f | %.2f | %.1f -> %.1f | %.1f -> %.1f | %.1f -> %.1f |\n", name, m(r, a), m(r, b), m(r, b) / m(r, a),
+          m(u, a), m(u, b), m(s, a), m(s, b), m(w, a), m(w, b) }' "$dir/all"
+  done
 fi
 if [ -n "$fills" ]; then
   echo
