@@ -239,9 +239,9 @@ for scenario in $SCENARIOS; do
     t0=$(ticks $pids); u0=$(user_ticks $pids)
     extra=(); [ "$scenario" = miss_1k ] && extra=(-- "r$run")
     # wrk's CPU: the subshell's waited-for children's user + system ticks (stat fields 16, 17),
-    # read with builtins only once wrk has exited.
+    # read with builtins only once wrk has exited; wrk's exit status is the subshell's.
     out=$(wrk -t1 -c$conns -d${DURATION}s --latency "${args[@]}" "$url$path" "${extra[@]}"
-      read -r stat < /proc/$BASHPID/stat; echo "WRKSTAT ${stat##*) }")
+      rc=$?; read -r stat < /proc/$BASHPID/stat; echo "WRKSTAT ${stat##*) }"; exit $rc)
     t1=$(ticks $pids); u1=$(user_ticks $pids)
     total=$(echo "$out" | awk '/requests in/{print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
