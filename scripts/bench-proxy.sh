@@ -185,10 +185,18 @@ pids_of() {
 }
 # User + system CPU ticks of the processes.
 # (nginx's cache loader exits after a minute: a process gone is skipped.)
-ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
-user_ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+stat_ticks() {  # awk expression over /proc/<pid>/stat fields, then pids: the sum
+  local expr=$1 t=0; shift
+  for p in "$@"; do t=$((t + $(awk "{print $expr}" "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t
+}
+ticks() { stat_ticks '$14 + $15' "$@"; }
+user_ticks() { stat_ticks '$14' "$@"; }
 rss_mib() { local k=0; for p in "$@"; do k=$((k + $(awk '/^VmRSS/{print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $((k / 1024)); }
 hz=$(getconf CLK_TCK)
+# awk: the median of a[1..n] (sorts a).
+MEDIAN='function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+'
 
 fills=""
 summary=""
@@ -266,9 +274,7 @@ for scenario in $SCENARIOS; do
       18083) name="secondhit serve" ;;
       *) if [ -n "${LAB:-}" ]; then name="secondhit + lab"; else name="baseline"; fi ;;
     esac
-    summary+=$(awk -v p="$port" -v sc="$scenario" -v name="$name" '
-      function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    summary+=$(awk -v p="$port" -v sc="$scenario" -v name="$name" "$MEDIAN"'
       function ms(x) { if (x ~ /us$/) return x / 1000; if (x ~ /ms$/) return x + 0; if (x ~ /s$/) return x * 1000; return x + 0 }
       { rps[$1, $2] = $3; cpu[$1, $2] = $4; p99[$1, $2] = ms($5); err[$1, $2] += $6; if ($1 > rounds) rounds = $1 }
       END {
@@ -293,9 +299,7 @@ if grep -q '^hit_1k ' "$dir/all" && grep -q '^hit_1k_c1000 ' "$dir/all"; then
   echo '|---|---:|---:|---:|---:|---:|---:|'
   for port in $ports; do
     case $port in 18082) name="nginx" ;; 18083) name="secondhit" ;; *) name="baseline" ;; esac
-    awk -v p="$port" -v name="$name" '
-      function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    awk -v p="$port" -v name="$name" "$MEDIAN"'
       $3 == p && ($1 == "hit_1k" || $1 == "hit_1k_c1000") { k = $1; n[k]++; r[k, n[k]] = $4; u[k, n[k]] = $5; s[k, n[k]] = $6; w[k, n[k]] = $7 }
       function m(arr, k,   i, t) { for (i = 1; i <= n[k]; i++) t[i] = arr[k, i]; return median(t, n[k]) }
       END {
