@@ -2,7 +2,7 @@
 //! targeted fields (RFC 9213: `CDN-Cache-Control`, or a configured name such as
 //! `Surrogate-Control`) that take its place for this cache.
 
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// RFC 9111 §1.2.2: a delta-seconds value too large to represent, or a calculation on it that
 /// overflows, is taken as 2^31 seconds.
@@ -66,64 +66,62 @@ impl CacheControl {
     pub fn parse_field(headers: &HeaderMap, name: &HeaderName) -> CacheControl {
         let mut cc = CacheControl::default();
         for value in headers.get_all(name) {
-            // Visible ASCII only (a field that is not is ignored), then compared as bytes.
-            let Ok(text) = value.to_str() else { continue };
-            for directive in text.as_bytes().split(|&b| b == b',') {
-                let (name, arg) = match directive.iter().position(|&b| b == b'=') {
-                    Some(i) => (directive[..i].trim_ascii(), Some(&directive[i + 1..])),
-                    None => (directive.trim_ascii(), None),
-                };
-                let first = |slot: &mut Option<u64>, invalid_is_zero: bool| {
-                    if slot.is_none() {
-                        *slot = match arg.map(delta_seconds) {
-                            Some(Some(n)) => Some(n),
-                            _ if invalid_is_zero => Some(0),
-                            _ => None,
-                        };
-                    }
-                };
-                // Compared in place: no lowercased copy of each directive.
-                let is = |d: &str| name.eq_ignore_ascii_case(d.as_bytes());
-                if is("max-age") {
-                    first(&mut cc.max_age, true);
-                } else if is("public") {
-                    cc.public = true;
-                } else if is("no-cache") {
-                    cc.no_cache = true;
-                } else if is("no-store") {
-                    cc.no_store = true;
-                } else if is("private") {
-                    cc.private = true;
-                } else if is("s-maxage") {
-                    first(&mut cc.s_maxage, true);
-                } else if is("must-revalidate") || is("proxy-revalidate") {
-                    cc.must_revalidate = true;
-                } else if is("must-understand") {
-                    cc.must_understand = true;
-                } else if is("stale-while-revalidate") {
-                    first(&mut cc.stale_while_revalidate, false);
-                } else if is("stale-if-error") {
-                    first(&mut cc.stale_if_error, false);
-                }
-            }
+            cc.read(value);
         }
         cc
+    }
+
+    /// Adds the directives of one field line; the lines of a field are read in order, so a
+    /// directive already set by an earlier line keeps its first value. A line that is not
+    /// visible ASCII is ignored.
+    pub fn read(&mut self, value: &HeaderValue) {
+        // Visible ASCII only, then compared as bytes.
+        let Ok(text) = value.to_str() else { return };
+        for directive in text.as_bytes().split(|&b| b == b',') {
+            let (name, arg) = match directive.iter().position(|&b| b == b'=') {
+                Some(i) => (directive[..i].trim_ascii(), Some(&directive[i + 1..])),
+                None => (directive.trim_ascii(), None),
+            };
+            let first = |slot: &mut Option<u64>, invalid_is_zero: bool| {
+                if slot.is_none() {
+                    *slot = match arg.map(delta_seconds) {
+                        Some(Some(n)) => Some(n),
+                        _ if invalid_is_zero => Some(0),
+                        _ => None,
+                    };
+                }
+            };
+            // Compared in place: no lowercased copy of each directive.
+            let is = |d: &str| name.eq_ignore_ascii_case(d.as_bytes());
+            if is("max-age") {
+                first(&mut self.max_age, true);
+            } else if is("public") {
+                self.public = true;
+            } else if is("no-cache") {
+                self.no_cache = true;
+            } else if is("no-store") {
+                self.no_store = true;
+            } else if is("private") {
+                self.private = true;
+            } else if is("s-maxage") {
+                first(&mut self.s_maxage, true);
+            } else if is("must-revalidate") || is("proxy-revalidate") {
+                self.must_revalidate = true;
+            } else if is("must-understand") {
+                self.must_understand = true;
+            } else if is("stale-while-revalidate") {
+                first(&mut self.stale_while_revalidate, false);
+            } else if is("stale-if-error") {
+                first(&mut self.stale_if_error, false);
+            }
+        }
     }
 
     /// The directives that govern this cache's use of a response (RFC 9213 §2.1): those of the
     /// first field of `targeted` present with a non-empty value, in which case `Cache-Control`
     /// and `Expires` are ignored (the second value says so); else `Cache-Control`'s.
     pub fn for_this_cache(headers: &HeaderMap, targeted: &[HeaderName]) -> (CacheControl, bool) {
-        for name in targeted {
-            let present = headers
-                .get_all(name)
-                .iter()
-                .any(|v| v.to_str().is_ok_and(|s| !s.trim().is_empty()));
-            if present {
-                return (Self::parse_field(headers, name), true);
-            }
-        }
-        (Self::parse(headers), false)
+        super::freshness::ResponseFields::read(headers, targeted).directives(headers, targeted)
     }
 }
 
@@ -191,6 +189,37 @@ mod tests {
         let headers = h(&[("cache-control", "max-age=5"), ("cdn-cache-control", " ")]);
         let (cc, used) = CacheControl::for_this_cache(&headers, &targeted);
         assert!(!used);
+        assert_eq!(cc.max_age, Some(5));
+        // By the names' precedence, not their order in the head; an empty line is no field.
+        let targeted = [
+            HeaderName::from_static("cdn-cache-control"),
+            HeaderName::from_static("surrogate-control"),
+        ];
+        let headers = h(&[
+            ("surrogate-control", "max-age=7"),
+            ("cache-control", "max-age=5"),
+            ("cdn-cache-control", "max-age=9"),
+        ]);
+        let (cc, used) = CacheControl::for_this_cache(&headers, &targeted);
+        assert!(used);
+        assert_eq!(cc.max_age, Some(9));
+        let headers = h(&[
+            ("cdn-cache-control", ""),
+            ("surrogate-control", "max-age=7"),
+            ("cache-control", "max-age=5"),
+        ]);
+        assert_eq!(
+            CacheControl::for_this_cache(&headers, &targeted).0.max_age,
+            Some(7)
+        );
+        // Every Cache-Control line counts, the first occurrence of a directive first.
+        let headers = h(&[
+            ("cache-control", "max-age=5"),
+            ("date", "x"),
+            ("cache-control", "max-age=6, private"),
+        ]);
+        let (cc, used) = CacheControl::for_this_cache(&headers, &targeted);
+        assert!(!used && cc.private);
         assert_eq!(cc.max_age, Some(5));
     }
 }
