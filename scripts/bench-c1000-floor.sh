@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# How much of the HIT rate a server keeps with 1,000 keep-alive connections instead of 64, for
+# secondhit and for servers that do next to nothing: nginx serving the file itself, and three
+# floors from `examples/hit_floor.rs` (a bare tokio loop with a buffer per connection, the same
+# with a buffer per worker, hyper's HTTP/1 server with a fixed response). All answer the same
+# 1 KiB object; wrk -t1 shares the machine's cores with them, as in scripts/bench-proxy.sh.
+# If the floors lose as much as secondhit, the loss is the load generator's and the kernel's.
+#
+# Columns: requests/s at 64 and at 1,000 connections (medians), each round's 1,000 / 64, the
+# server's CPU per request (user + system over the run / requests) and wrk's share of one core
+# at 1,000 connections (wrk -t1 cannot use more than one).
+#
+# usage: scripts/bench-c1000-floor.sh        (RUNS rounds, default 3; DURATION s, default 6)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v nginx >/dev/null && command -v wrk >/dev/null || {
+  apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
+}
+cargo build --profile production --quiet --bin secondhit --example hit_floor
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-6}
+ulimit -n 65536 2>/dev/null || true
+dir=$(mktemp -d)
+cleanup() {
+  kill $(cat "$dir"/*.pid 2>/dev/null) 2>/dev/null || true
+  nginx -p "$dir" -c "$dir/nginx.conf" -s stop 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+mkdir -p "$dir/www" "$dir/logs"
+chmod 755 "$dir"
+head -c 1024 /dev/urandom > "$dir/www/obj-1k"
+chmod -R a+rX "$dir/www"
+cat > "$dir/nginx.conf" <<NGINX
+worker_processes 2;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+worker_rlimit_nofile 65536;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:18181 backlog=4096;
+    root $dir/www;
+    add_header Cache-Control "public, max-age=3600";
+  }
+}
+NGINX
+nginx -p "$dir" -c "$dir/nginx.conf"
+# Each in a session of its own (see scripts/bench-proxy.sh: the kernel's autogroups).
+setsid target/production/secondhit serve --origin http://127.0.0.1:18181 --listen 127.0.0.1:18183 \
+  --admin-listen 127.0.0.1:18193 --log-level warn 2>"$dir/logs/secondhit.log" &
+echo $! > "$dir/secondhit.pid"
+port=18184
+for mode in conn worker hyper; do
+  setsid target/production/examples/hit_floor $port $mode 2>"$dir/logs/$mode.log" &
+  echo $! > "$dir/$mode.pid"
+  port=$((port + 1))
+done
+sleep 1
+for f in "$dir"/*.pid; do kill -0 "$(cat "$f")" || { echo "the server of $f is not running" >&2; exit 1; }; done
+name_of() {
+  case $1 in
+    18181) echo "nginx, the file itself" ;;
+    18183) echo "secondhit serve, HIT" ;;
+    18184) echo "floor: tokio, a buffer per connection" ;;
+    18185) echo "floor: tokio, a buffer per worker" ;;
+    18186) echo "floor: hyper, a fixed response" ;;
+  esac
+}
+pids_of() {
+  case $1 in
+    18181) echo "$(cat "$dir/nginx.pid") $(pgrep -P "$(cat "$dir/nginx.pid")" | tr '\n' ' ')" ;;
+    18183) cat "$dir/secondhit.pid" ;;
+    18184) cat "$dir/conn.pid" ;;
+    18185) cat "$dir/worker.pid" ;;
+    18186) cat "$dir/hyper.pid" ;;
+  esac
+}
+ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+hz=$(getconf CLK_TCK)
+ports="18181 18183 18184 18185 18186"
+: > "$dir/rows"
+for round in $(seq 1 "$RUNS"); do
+  order=$(echo $ports | awk -v r="$round" '{ for (i = 0; i < NF; i++) printf "%s ", $((i + r - 1) % NF + 1) }')
+  for port in $order; do
+    for conns in 64 1000; do
+      url="http://127.0.0.1:$port/obj-1k"
+      for _ in 1 2; do curl -s -o /dev/null "$url"; done  # secondhit: the second request stores
+      pids=$(pids_of $port)
+      t0=$(ticks $pids)
+      out=$(wrk -t1 -c$conns -d${DURATION}s "$url"
+        rc=$?; read -r stat < /proc/$BASHPID/stat; echo "WRKSTAT ${stat##*) }"; exit $rc)
+      t1=$(ticks $pids)
+      echo "$out" | awk -v port=$port -v c=$conns -v t=$((t1 - t0)) -v hz=$hz -v d=$DURATION -v round=$round '
+        /requests in/ { n = $1 }
+        /Requests\/sec/ { rps = $2 }
+        /Non-2xx|Socket errors/ { err = 1 }
+        /^WRKSTAT/ { wrk = ($15 + $16) / hz / d }  # cutime + cstime (fields 16, 17)
+        END { if (err) { print "errors from wrk at port " port > "/dev/stderr"; exit 1 }
+              printf "%s %s %s %.0f %.1f %.2f\n", round, port, c, rps, t / hz * 1e6 / n, wrk }' >> "$dir/rows"
+    done
+  done
+done
+printf '| server | requests/s at 64 | at 1,000 | 1,000 / 64, each round | CPU us/request 64 -> 1,000 | wrk, cores at 1,000 |\n|---|---:|---:|---|---:|---:|\n'
+for port in $ports; do
+  awk -v port=$port -v name="$(name_of $port)" '
+    function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    $2 == port && $3 == 64 { r64[$1] = $4; c64[++n64] = $5; x64[n64] = $4 }
+    $2 == port && $3 == 1000 { r1k[$1] = $4; c1k[++n1k] = $5; x1k[n1k] = $4; w1k[n1k] = $6 }
+    END {
+      ratios = ""
+      for (r = 1; r <= n64; r++) ratios = ratios (r > 1 ? " / " : "") sprintf("%.2f", r1k[r] / r64[r])
+      printf "| %s | %.0f | %.0f | %s | %.1f -> %.1f | %.2f |\n", name, median(x64, n64), median(x1k, n1k), ratios, median(c64, n64), median(c1k, n1k), median(w1k, n1k)
+    }' "$dir/rows"
+done
