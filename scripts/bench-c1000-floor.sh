@@ -13,9 +13,8 @@
 # usage: scripts/bench-c1000-floor.sh        (RUNS rounds, default 3; DURATION s, default 6)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v nginx >/dev/null && command -v wrk >/dev/null || {
-  apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
-}
+# nginx and wrk (installed if missing), static_nginx_conf, ticks, MEDIAN.
+. scripts/bench-common.sh
 cargo build --profile production --quiet --bin secondhit --example hit_floor
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-6}
@@ -31,23 +30,7 @@ mkdir -p "$dir/www" "$dir/logs"
 chmod 755 "$dir"
 head -c 1024 /dev/urandom > "$dir/www/obj-1k"
 chmod -R a+rX "$dir/www"
-cat > "$dir/nginx.conf" <<NGINX
-worker_processes 2;
-pid $dir/nginx.pid;
-error_log $dir/logs/error.log warn;
-worker_rlimit_nofile 65536;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  sendfile on;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:18181 backlog=4096;
-    root $dir/www;
-    add_header Cache-Control "public, max-age=3600";
-  }
-}
-NGINX
+static_nginx_conf "$dir/nginx.conf" "$dir/www" 18181 "$dir/nginx.pid" "$dir/logs/error.log" backlog=4096
 nginx -p "$dir" -c "$dir/nginx.conf"
 # Each in a session of its own (see scripts/bench-proxy.sh: the kernel's autogroups).
 setsid target/production/secondhit serve --origin http://127.0.0.1:18181 --listen 127.0.0.1:18183 \
@@ -79,8 +62,6 @@ pids_of() {
     18186) cat "$dir/hyper.pid" ;;
   esac
 }
-ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
-hz=$(getconf CLK_TCK)
 ports="18181 18183 18184 18185 18186"
 : > "$dir/rows"
 for round in $(seq 1 "$RUNS"); do
@@ -106,9 +87,7 @@ for round in $(seq 1 "$RUNS"); do
 done
 printf '| server | requests/s at 64 | at 1,000 | 1,000 / 64, each round | CPU us/request 64 -> 1,000 | wrk, cores at 1,000 |\n|---|---:|---:|---|---:|---:|\n'
 for port in $ports; do
-  awk -v port=$port -v name="$(name_of $port)" '
-    function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+  awk -v port=$port -v name="$(name_of $port)" "$MEDIAN"'
     $2 == port && $3 == 64 { r64[$1] = $4; c64[++n64] = $5; x64[n64] = $4 }
     $2 == port && $3 == 1000 { r1k[$1] = $4; c1k[++n1k] = $5; x1k[n1k] = $4; w1k[n1k] = $6 }
     END {

@@ -48,9 +48,8 @@
 #          (its threads' CPU is counted: they are in the same process)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v nginx >/dev/null && command -v wrk >/dev/null || {
-  apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
-}
+# nginx and wrk (installed if missing), static_nginx_conf, ticks, MEDIAN.
+. scripts/bench-common.sh
 cargo build --profile production --quiet  # LTO: what to deploy (Cargo.toml)
 DURATION=${DURATION:-8}
 RUNS=${RUNS:-3}
@@ -75,22 +74,7 @@ if [ -n "${ACCESS_LOG:-}" ]; then
   NGINX_LOG="$dir/logs/nginx-access.log"
   SECONDHIT_LOG=(--access-log-format combined --access-log-file "$dir/logs/secondhit-access.log")
 fi
-cat > "$dir/origin.conf" <<NGINX
-worker_processes 2;
-pid $dir/origin-nginx.pid;
-error_log $dir/logs/origin-error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  sendfile on;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:18081;
-    root $dir/www;
-    add_header Cache-Control "public, max-age=3600";
-  }
-}
-NGINX
+static_nginx_conf "$dir/origin.conf" "$dir/www" 18081 "$dir/origin-nginx.pid" "$dir/logs/origin-error.log"
 cat > "$dir/cache.conf" <<NGINX
 worker_processes 2;
 pid $dir/cache-nginx.pid;
@@ -183,20 +167,7 @@ pids_of() {
     *) cat "$dir/baseline.pid" ;;
   esac
 }
-# User + system CPU ticks of the processes.
-# (nginx's cache loader exits after a minute: a process gone is skipped.)
-stat_ticks() {  # awk expression over /proc/<pid>/stat fields, then pids: the sum
-  local expr=$1 t=0; shift
-  for p in "$@"; do t=$((t + $(awk "{print $expr}" "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t
-}
-ticks() { stat_ticks '$14 + $15' "$@"; }
-user_ticks() { stat_ticks '$14' "$@"; }
 rss_mib() { local k=0; for p in "$@"; do k=$((k + $(awk '/^VmRSS/{print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $((k / 1024)); }
-hz=$(getconf CLK_TCK)
-# awk: the median of a[1..n] (sorts a).
-MEDIAN='function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-'
 
 fills=""
 summary=""

@@ -1,0 +1,44 @@
+# Shared by the bench scripts (sourced, not run): nginx and wrk installed, a static nginx
+# config, CPU ticks from /proc, and an awk median.
+
+command -v nginx >/dev/null && command -v wrk >/dev/null || {
+  apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
+}
+
+# Writes to $1 an nginx config (2 workers, no access log) that serves the files of $2 on
+# 127.0.0.1:$3, with pid file $4 and error log $5; any further arguments are added to `listen`.
+static_nginx_conf() {
+  local conf=$1 root=$2 port=$3 pid=$4 errors=$5; shift 5
+  cat > "$conf" <<NGINX
+worker_processes 2;
+pid $pid;
+error_log $errors warn;
+worker_rlimit_nofile 65536;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$port${*:+ $*};
+    root $root;
+    add_header Cache-Control "public, max-age=3600";
+  }
+}
+NGINX
+}
+
+# User + system CPU ticks of the processes (a process gone is skipped: nginx's cache loader
+# exits after a minute).
+stat_ticks() {  # awk expression over /proc/<pid>/stat fields, then pids: the sum
+  local expr=$1 t=0; shift
+  for p in "$@"; do t=$((t + $(awk "{print $expr}" "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t
+}
+ticks() { stat_ticks '$14 + $15' "$@"; }
+user_ticks() { stat_ticks '$14' "$@"; }
+hz=$(getconf CLK_TCK)
+
+# awk: the median of a[1..n] (sorts a).
+MEDIAN='function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+'
