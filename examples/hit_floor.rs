@@ -20,7 +20,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::HeaderValue;
+use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response};
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -28,6 +28,9 @@ use std::io::ErrorKind;
 use std::rc::Rc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+/// The `x-cache` field name.
+const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 
 /// The body every mode sends.
 const BODY: [u8; 1024] = [b'x'; 1024];
@@ -103,13 +106,14 @@ async fn with_hyper(s: TcpStream, body: Bytes) {
     let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
         let mut r = Response::new(Full::new(body.clone()));
         let h = r.headers_mut();
-        h.insert("server", HeaderValue::from_static("floor"));
-        h.insert("content-type", HeaderValue::from_static("text/plain"));
+        // Inserted by `HeaderName`, as the proxy does (a `&str` name is parsed on every insert).
+        h.insert(header::SERVER, HeaderValue::from_static("floor"));
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         h.insert(
-            "cache-control",
+            header::CACHE_CONTROL,
             HeaderValue::from_static("public, max-age=3600"),
         );
-        h.insert("x-cache", HeaderValue::from_static("HIT"));
+        h.insert(X_CACHE, HeaderValue::from_static("HIT"));
         async move { Ok::<_, Infallible>(r) }
     });
     let _ = hyper::server::conn::http1::Builder::new()
