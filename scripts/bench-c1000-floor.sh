@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # How much of the HIT rate a server keeps with 1,000 keep-alive connections instead of 64, for
-# secondhit and for servers that do next to nothing: nginx serving the file itself, and three
+# secondhit and for servers that do next to nothing: nginx serving the file itself, and four
 # floors from `examples/hit_floor.rs` (a bare tokio loop with a buffer per connection, the same
-# with a buffer per worker, hyper's HTTP/1 server with a fixed response). All answer the same
+# with a buffer per worker, hyper's HTTP/1 server with a fixed response, and that response behind
+# an HTTP/1 loop of our own that keeps buffers per worker, as nginx does). All answer the same
 # 1 KiB object; wrk -t1 shares the machine's cores with them, as in scripts/bench-proxy.sh.
 # If the floors lose as much as secondhit, the loss is the load generator's and the kernel's.
 #
 # Columns: requests/s at 64 and at 1,000 connections (medians), each round's 1,000 / 64, the
-# server's CPU per request (user + system over the run / requests) and wrk's share of one core
-# at 1,000 connections (wrk -t1 cannot use more than one).
+# server's CPU per request (user + system over the run / requests), and the server's and wrk's
+# cores at 1,000 connections (wrk -t1 cannot use more than one).
 #
-# usage: scripts/bench-c1000-floor.sh        (RUNS rounds, default 3; DURATION s, default 6)
+# PIN=1 gives each side a core of its own: every server runs one worker (secondhit --workers 1,
+# one nginx worker process, the floors with one thread) on CPU 0, and wrk runs on CPU 1, so
+# that whichever side is at a full core is the one that holds the rate.
+#
+# usage: scripts/bench-c1000-floor.sh        (RUNS rounds, default 3; DURATION s, default 6;
+#                                             PIN=1 as above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # nginx and wrk (installed if missing), static_nginx_conf, ticks, MEDIAN.
@@ -18,6 +24,12 @@ cd "$(dirname "$0")/.."
 cargo build --profile production --quiet --bin secondhit --example hit_floor
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-6}
+if [ "${PIN:-0}" = 1 ]; then
+  [ "$(nproc)" -ge 2 ] || { echo "PIN=1 needs two CPUs" >&2; exit 1; }
+  workers=1 server_cpu="taskset -c 0" load_cpu="taskset -c 1"
+else
+  workers=2 server_cpu="" load_cpu=""
+fi
 ulimit -n 65536 2>/dev/null || true
 dir=$(mktemp -d)
 cleanup() {
@@ -30,15 +42,17 @@ mkdir -p "$dir/www" "$dir/logs"
 chmod 755 "$dir"
 head -c 1024 /dev/urandom > "$dir/www/obj-1k"
 chmod -R a+rX "$dir/www"
-static_nginx_conf "$dir/nginx.conf" "$dir/www" 18181 "$dir/nginx.pid" "$dir/logs/error.log" backlog=4096
-nginx -p "$dir" -c "$dir/nginx.conf"
+NGINX_WORKERS=$workers static_nginx_conf "$dir/nginx.conf" "$dir/www" 18181 "$dir/nginx.pid" \
+  "$dir/logs/error.log" backlog=4096
+$server_cpu nginx -p "$dir" -c "$dir/nginx.conf"
 # Each in a session of its own (see scripts/bench-proxy.sh: the kernel's autogroups).
-setsid target/production/secondhit serve --origin http://127.0.0.1:18181 --listen 127.0.0.1:18183 \
-  --admin-listen 127.0.0.1:18193 --log-level warn 2>"$dir/logs/secondhit.log" &
+setsid $server_cpu target/production/secondhit serve --origin http://127.0.0.1:18181 \
+  --listen 127.0.0.1:18183 --admin-listen 127.0.0.1:18193 --workers $workers --log-level warn \
+  2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 port=18184
-for mode in conn worker hyper; do
-  setsid target/production/examples/hit_floor $port $mode 2>"$dir/logs/$mode.log" &
+for mode in conn worker hyper own; do
+  setsid $server_cpu target/production/examples/hit_floor $port $mode $workers 2>"$dir/logs/$mode.log" &
   echo $! > "$dir/$mode.pid"
   port=$((port + 1))
 done
@@ -51,6 +65,7 @@ name_of() {
     18184) echo "floor: tokio, a buffer per connection" ;;
     18185) echo "floor: tokio, a buffer per worker" ;;
     18186) echo "floor: hyper, a fixed response" ;;
+    18187) echo "floor: an HTTP/1 loop of our own, buffers per worker" ;;
   esac
 }
 pids_of() {
@@ -60,9 +75,10 @@ pids_of() {
     18184) cat "$dir/conn.pid" ;;
     18185) cat "$dir/worker.pid" ;;
     18186) cat "$dir/hyper.pid" ;;
+    18187) cat "$dir/own.pid" ;;
   esac
 }
-ports="18181 18183 18184 18185 18186"
+ports="18181 18183 18184 18185 18186 18187"
 : > "$dir/rows"
 for round in $(seq 1 "$RUNS"); do
   order=$(echo $ports | awk -v r="$round" '{ for (i = 0; i < NF; i++) printf "%s ", $((i + r - 1) % NF + 1) }')
@@ -72,7 +88,7 @@ for round in $(seq 1 "$RUNS"); do
       for _ in 1 2; do curl -s -o /dev/null "$url"; done  # secondhit: the second request stores
       pids=$(pids_of $port)
       t0=$(ticks $pids)
-      out=$(wrk -t1 -c$conns -d${DURATION}s "$url"
+      out=$($load_cpu wrk -t1 -c$conns -d${DURATION}s "$url"
         rc=$?; read -r stat < /proc/$BASHPID/stat; echo "WRKSTAT ${stat##*) }"; exit $rc)
       t1=$(ticks $pids)
       echo "$out" | awk -v port=$port -v c=$conns -v t=$((t1 - t0)) -v hz=$hz -v d=$DURATION -v round=$round '
@@ -81,18 +97,18 @@ for round in $(seq 1 "$RUNS"); do
         /Non-2xx|Socket errors/ { err = 1 }
         /^WRKSTAT/ { wrk = ($15 + $16) / hz / d }  # cutime + cstime (fields 16, 17)
         END { if (err) { print "errors from wrk at port " port > "/dev/stderr"; exit 1 }
-              printf "%s %s %s %.0f %.1f %.2f\n", round, port, c, rps, t / hz * 1e6 / n, wrk }' >> "$dir/rows"
+              printf "%s %s %s %.0f %.1f %.2f %.2f\n", round, port, c, rps, t / hz * 1e6 / n, wrk, t / hz / d }' >> "$dir/rows"
     done
   done
 done
-printf '| server | requests/s at 64 | at 1,000 | 1,000 / 64, each round | CPU us/request 64 -> 1,000 | wrk, cores at 1,000 |\n|---|---:|---:|---|---:|---:|\n'
+printf '| server | requests/s at 64 | at 1,000 | 1,000 / 64, each round | CPU us/request 64 -> 1,000 | cores at 1,000: server, wrk |\n|---|---:|---:|---|---:|---:|\n'
 for port in $ports; do
   awk -v port=$port -v name="$(name_of $port)" "$MEDIAN"'
     $2 == port && $3 == 64 { r64[$1] = $4; c64[++n64] = $5; x64[n64] = $4 }
-    $2 == port && $3 == 1000 { r1k[$1] = $4; c1k[++n1k] = $5; x1k[n1k] = $4; w1k[n1k] = $6 }
+    $2 == port && $3 == 1000 { r1k[$1] = $4; c1k[++n1k] = $5; x1k[n1k] = $4; w1k[n1k] = $6; s1k[n1k] = $7 }
     END {
       ratios = ""
       for (r = 1; r <= n64; r++) ratios = ratios (r > 1 ? " / " : "") sprintf("%.2f", r1k[r] / r64[r])
-      printf "| %s | %.0f | %.0f | %s | %.1f -> %.1f | %.2f |\n", name, median(x64, n64), median(x1k, n1k), ratios, median(c64, n64), median(c1k, n1k), median(w1k, n1k)
+      printf "| %s | %.0f | %.0f | %s | %.1f -> %.1f | %.2f, %.2f |\n", name, median(x64, n64), median(x1k, n1k), ratios, median(c64, n64), median(c1k, n1k), median(s1k, n1k), median(w1k, n1k)
     }' "$dir/rows"
 done

@@ -5,12 +5,13 @@ command -v nginx >/dev/null && command -v wrk >/dev/null || {
   apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
 }
 
-# Writes to $1 an nginx config (2 workers, no access log) that serves the files of $2 on
-# 127.0.0.1:$3, with pid file $4 and error log $5; any further arguments are added to `listen`.
+# Writes to $1 an nginx config (NGINX_WORKERS workers, default 2; no access log) that serves the
+# files of $2 on 127.0.0.1:$3, with pid file $4 and error log $5; any further arguments are added
+# to `listen`.
 static_nginx_conf() {
   local conf=$1 root=$2 port=$3 pid=$4 errors=$5; shift 5
   cat > "$conf" <<NGINX
-worker_processes 2;
+worker_processes ${NGINX_WORKERS:-2};
 pid $pid;
 error_log $errors warn;
 worker_rlimit_nofile 65536;
