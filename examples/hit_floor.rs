@@ -16,6 +16,11 @@
 //!   holds no buffer (nginx's shape).
 //! - `hyper`: hyper's HTTP/1 server with a service that returns the response (four fields and
 //!   the body), the stack `secondhit serve` is built on.
+//! - `own`: the same service behind an HTTP/1 loop of the shape nginx has: the request is read
+//!   into one buffer per worker thread, parsed with httparse into a fresh `http::Request` (its
+//!   field values copied out), and the response head is encoded into one buffer per worker and
+//!   sent with the body in one `writev`; a connection keeps nothing between requests but its
+//!   socket (and the part of a head that arrived alone, if one does).
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -24,8 +29,9 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response};
 use std::cell::RefCell;
 use std::convert::Infallible;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, IoSlice, Write};
 use std::rc::Rc;
+use std::time::SystemTime;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -40,11 +46,17 @@ enum Mode {
     Conn,
     Worker,
     Hyper,
+    Own,
 }
 
 thread_local! {
     /// The `worker` mode's read buffer, one per thread.
     static WORKER_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; 8192]);
+    /// The `own` mode's buffers, one of each per thread: what is read, what is written.
+    static OWN_BUFS: RefCell<(Vec<u8>, Vec<u8>)> =
+        RefCell::new((vec![0; 8192], Vec::with_capacity(1024)));
+    /// The `own` mode's `Date` value and the second it is for.
+    static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
 /// Request heads ended in `bytes` (wrk sends one at a time: a head never spans two reads here).
@@ -102,23 +114,179 @@ async fn worker_buffer(mut s: TcpStream, response: Rc<Vec<u8>>) {
     }
 }
 
+/// The response both the `hyper` and the `own` modes build for every request.
+fn respond<B>(body: B) -> Response<B> {
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    // Inserted by `HeaderName`, as the proxy does (a `&str` name is parsed on every insert).
+    h.insert(header::SERVER, HeaderValue::from_static("floor"));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=3600"),
+    );
+    h.insert(X_CACHE, HeaderValue::from_static("HIT"));
+    r
+}
+
 async fn with_hyper(s: TcpStream, body: Bytes) {
     let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
-        let mut r = Response::new(Full::new(body.clone()));
-        let h = r.headers_mut();
-        // Inserted by `HeaderName`, as the proxy does (a `&str` name is parsed on every insert).
-        h.insert(header::SERVER, HeaderValue::from_static("floor"));
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-        h.insert(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("public, max-age=3600"),
-        );
-        h.insert(X_CACHE, HeaderValue::from_static("HIT"));
+        let r = respond(Full::new(body.clone()));
         async move { Ok::<_, Infallible>(r) }
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(hyper_util::rt::TokioIo::new(s), service)
         .await;
+}
+
+/// The longest unfinished head the `own` loop keeps before it closes the connection.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// What one pass of the `own` loop left to do.
+enum Step {
+    /// Nothing more was readable.
+    Wait,
+    /// The peer closed, or sent what is not HTTP/1.
+    Close,
+    /// All answered and written.
+    Written,
+    /// Answered, but the socket took only part: the rest, to write in the background.
+    Rest(Vec<u8>),
+}
+
+/// A request as the `own` loop hands it on: parsed out of the worker's buffer into a
+/// `Request` of its own, as a service needs it.
+fn request(parsed: &httparse::Request<'_, '_>) -> Option<Request<()>> {
+    let mut request = Request::builder()
+        .method(parsed.method?)
+        .uri(parsed.path?)
+        .body(())
+        .ok()?;
+    let headers = request.headers_mut();
+    headers.reserve(parsed.headers.len());
+    for field in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).ok()?;
+        headers.append(name, HeaderValue::from_bytes(field.value).ok()?);
+    }
+    Some(request)
+}
+
+/// Appends the head of `response` (a body of `len` bytes) to `out`.
+fn encode(response: &Response<Bytes>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(response.status().as_str().as_bytes());
+    out.push(b' ');
+    let reason = response.status().canonical_reason().unwrap_or("");
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in response.headers() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    // Writing to a `Vec` cannot fail.
+    let _ = write!(out, "content-length: {}\r\ndate: ", response.body().len());
+    DATE.with(|d| {
+        let mut d = d.borrow_mut();
+        let now = SystemTime::now();
+        let secs = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |t| t.as_secs());
+        if d.0 != secs {
+            *d = (secs, httpdate::fmt_http_date(now));
+        }
+        out.extend_from_slice(d.1.as_bytes());
+    });
+    out.extend_from_slice(b"\r\n\r\n");
+}
+
+/// Reads what the socket has, answers every whole head in it and writes the answers, without
+/// an await: the worker's buffers are borrowed for this pass only.
+fn own_pass(s: &TcpStream, partial: &mut Vec<u8>, body: &Bytes) -> Step {
+    OWN_BUFS.with(|bufs| {
+        let (buf, out) = &mut *bufs.borrow_mut();
+        let n = match s.try_read(buf) {
+            Ok(0) => return Step::Close,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::Wait,
+            Err(_) => return Step::Close,
+        };
+        let joined;
+        let input: &[u8] = if partial.is_empty() {
+            &buf[..n]
+        } else {
+            partial.extend_from_slice(&buf[..n]);
+            joined = std::mem::take(partial);
+            &joined
+        };
+        out.clear();
+        let (mut at, mut answered) = (0, 0);
+        while at < input.len() {
+            let mut fields = [httparse::EMPTY_HEADER; 32];
+            let mut parsed = httparse::Request::new(&mut fields);
+            match parsed.parse(&input[at..]) {
+                Ok(httparse::Status::Complete(len)) => {
+                    let Some(_request) = request(&parsed) else {
+                        return Step::Close;
+                    };
+                    if answered > 0 {
+                        // Pipelined: the previous answer's body goes into the buffer after it.
+                        out.extend_from_slice(body);
+                    }
+                    encode(&respond(body.clone()), out);
+                    answered += 1;
+                    at += len;
+                }
+                Ok(httparse::Status::Partial) => break,
+                Err(_) => return Step::Close,
+            }
+        }
+        if input.len() - at > MAX_HEAD {
+            return Step::Close;
+        }
+        partial.extend_from_slice(&input[at..]);
+        let parts: &[IoSlice<'_>] = match answered {
+            0 => return Step::Wait,
+            1 => &[IoSlice::new(out), IoSlice::new(body)],
+            _ => {
+                out.extend_from_slice(body);
+                &[IoSlice::new(out)]
+            }
+        };
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let sent = s.try_write_vectored(parts).unwrap_or(0);
+        if sent == total {
+            return Step::Written;
+        }
+        let mut rest = Vec::with_capacity(total - sent);
+        let mut skip = sent;
+        for p in parts {
+            let k = skip.min(p.len());
+            rest.extend_from_slice(&p[k..]);
+            skip -= k;
+        }
+        Step::Rest(rest)
+    })
+}
+
+async fn own_loop(mut s: TcpStream, body: Bytes) {
+    // The part of a head that arrived without its end; empty (no allocation) otherwise.
+    let mut partial = Vec::new();
+    loop {
+        if s.readable().await.is_err() {
+            return;
+        }
+        match own_pass(&s, &mut partial, &body) {
+            Step::Wait | Step::Written => {}
+            Step::Close => return,
+            Step::Rest(rest) => {
+                if s.write_all(&rest).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 fn run(port: u16, mode: Mode, workers: usize) -> Result<(), String> {
@@ -167,6 +335,7 @@ fn worker(listener: std::net::TcpListener, response: Vec<u8>, mode: Mode) -> Res
                 Mode::Conn => tokio::task::spawn_local(own_buffer(s, Rc::clone(&response))),
                 Mode::Worker => tokio::task::spawn_local(worker_buffer(s, Rc::clone(&response))),
                 Mode::Hyper => tokio::task::spawn_local(with_hyper(s, body.clone())),
+                Mode::Own => tokio::task::spawn_local(own_loop(s, body.clone())),
             };
         }
     })
@@ -174,7 +343,7 @@ fn worker(listener: std::net::TcpListener, response: Vec<u8>, mode: Mode) -> Res
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: hit_floor PORT conn|worker|hyper [WORKERS]";
+    let usage = "usage: hit_floor PORT conn|worker|hyper|own [WORKERS]";
     let parsed = (|| {
         let port = args.first().ok_or(usage)?;
         let port: u16 = port
@@ -184,6 +353,7 @@ fn main() {
             Some("conn") => Mode::Conn,
             Some("worker") => Mode::Worker,
             Some("hyper") => Mode::Hyper,
+            Some("own") => Mode::Own,
             other => return Err(format!("bad MODE {other:?}: {usage}")),
         };
         let workers = match args.get(2) {
