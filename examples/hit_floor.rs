@@ -21,6 +21,11 @@
 //!   field values copied out), and the response head is encoded into one buffer per worker and
 //!   sent with the body in one `writev`; a connection keeps nothing between requests but its
 //!   socket (and the part of a head that arrived alone, if one does).
+//! - `stack`: the same service behind `secondhit serve`'s own stack, configured as `serve`
+//!   configures it with the default limits: `secondhit::listener::serve_on_threads` (a
+//!   connection slot, the first-byte wait, the graceful-shutdown watcher) and hyper-util's
+//!   automatic HTTP/1 or HTTP/2 builder with the coarse header-read timer. Against `hyper`, it
+//!   tells what the stack adds; against `secondhit serve`, what the proxy's work adds.
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -47,6 +52,7 @@ enum Mode {
     Worker,
     Hyper,
     Own,
+    Stack,
 }
 
 thread_local! {
@@ -289,7 +295,58 @@ async fn own_loop(mut s: TcpStream, body: Bytes) {
     }
 }
 
+/// The `stack` mode: `serve_on_threads`, with the builder and limits `secondhit serve` uses
+/// by default, and a handler that answers every request with [`respond`].
+fn with_stack(port: u16, workers: usize) -> Result<(), String> {
+    use hyper_util::rt::{TokioExecutor, TokioTimer};
+    use hyper_util::server::conn::auto;
+    use secondhit::listener::{serve_on_threads, timer::Coarse, Limits};
+    use std::time::Duration;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(Coarse)
+            .header_read_timeout(Duration::from_secs(10))
+            .max_buf_size(32 * 1024)
+            .keep_alive(true);
+        builder.http2().timer(TokioTimer::new());
+        let limits = Limits {
+            max_connections: 4096,
+            first_byte: Some(Duration::from_secs(10)),
+            grace: Duration::from_secs(1),
+        };
+        let handler = |_req: Request<Incoming>, _peer| async {
+            Ok::<_, Infallible>(respond(secondhit::body::full(Bytes::from_static(&BODY))))
+        };
+        // Never asked to stop: the process is killed.
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        let done = serve_on_threads(
+            vec![(listener, None, handler)],
+            workers,
+            builder,
+            limits,
+            stopped,
+        )
+        .map_err(|e| e.to_string())?;
+        for d in done {
+            let _ = d.await;
+        }
+        Ok(())
+    })
+}
+
 fn run(port: u16, mode: Mode, workers: usize) -> Result<(), String> {
+    if let Mode::Stack = mode {
+        return with_stack(port, workers);
+    }
     // Bound by tokio for its backlog (1,024, as `secondhit serve`'s), then shared by the workers.
     let listener = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -336,6 +393,7 @@ fn worker(listener: std::net::TcpListener, response: Vec<u8>, mode: Mode) -> Res
                 Mode::Worker => tokio::task::spawn_local(worker_buffer(s, Rc::clone(&response))),
                 Mode::Hyper => tokio::task::spawn_local(with_hyper(s, body.clone())),
                 Mode::Own => tokio::task::spawn_local(own_loop(s, body.clone())),
+                Mode::Stack => return Err("the stack mode has a loop of its own".into()),
             };
         }
     })
@@ -343,7 +401,7 @@ fn worker(listener: std::net::TcpListener, response: Vec<u8>, mode: Mode) -> Res
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: hit_floor PORT conn|worker|hyper|own [WORKERS]";
+    let usage = "usage: hit_floor PORT conn|worker|hyper|own|stack [WORKERS]";
     let parsed = (|| {
         let port = args.first().ok_or(usage)?;
         let port: u16 = port
@@ -354,6 +412,7 @@ fn main() {
             Some("worker") => Mode::Worker,
             Some("hyper") => Mode::Hyper,
             Some("own") => Mode::Own,
+            Some("stack") => Mode::Stack,
             other => return Err(format!("bad MODE {other:?}: {usage}")),
         };
         let workers = match args.get(2) {

@@ -2,8 +2,9 @@
 # How much of the HIT rate a server keeps with 1,000 keep-alive connections instead of 64, for
 # secondhit and for servers that do next to nothing: nginx serving the file itself, and four
 # floors from `examples/hit_floor.rs` (a bare tokio loop with a buffer per connection, the same
-# with a buffer per worker, hyper's HTTP/1 server with a fixed response, and that response behind
-# an HTTP/1 loop of our own that keeps buffers per worker, as nginx does). All answer the same
+# with a buffer per worker, hyper's HTTP/1 server with a fixed response, that response behind an
+# HTTP/1 loop of our own that keeps buffers per worker, as nginx does, and behind secondhit's own
+# listener stack as `serve` configures it). All answer the same
 # 1 KiB object; wrk -t1 shares the machine's cores with them, as in scripts/bench-proxy.sh.
 # If the floors lose as much as secondhit, the loss is the load generator's and the kernel's.
 #
@@ -16,13 +17,25 @@
 # that whichever side is at a full core is the one that holds the rate.
 #
 # usage: scripts/bench-c1000-floor.sh        (RUNS rounds, default 3; DURATION s, default 6;
-#                                             PIN=1 as above)
+#                                             PIN=1 as above; ONLY="secondhit stack" to load
+#                                             only some of: nginx secondhit conn worker hyper
+#                                             own stack)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # nginx and wrk (installed if missing), static_nginx_conf, ticks, MEDIAN.
 . scripts/bench-common.sh
-cargo build --profile production --quiet --bin secondhit --example hit_floor
 RUNS=${RUNS:-3}
+ALL="nginx secondhit conn worker hyper own stack"
+ONLY=${ONLY:-$ALL}
+port_of() {
+  case $1 in
+    nginx) echo 18181 ;; secondhit) echo 18183 ;; conn) echo 18184 ;; worker) echo 18185 ;;
+    hyper) echo 18186 ;; own) echo 18187 ;; stack) echo 18188 ;;
+    *) echo "unknown server '$1' in ONLY: one of $ALL" >&2; return 1 ;;
+  esac
+}
+ports=$(for k in $ONLY; do port_of "$k" || exit 1; done | tr '\n' ' ')
+cargo build --profile production --quiet --bin secondhit --example hit_floor
 DURATION=${DURATION:-6}
 if [ "${PIN:-0}" = 1 ]; then
   [ "$(nproc)" -ge 2 ] || { echo "PIN=1 needs two CPUs" >&2; exit 1; }
@@ -50,11 +63,11 @@ setsid $server_cpu target/production/secondhit serve --origin http://127.0.0.1:1
   --listen 127.0.0.1:18183 --admin-listen 127.0.0.1:18193 --workers $workers --log-level warn \
   2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
-port=18184
-for mode in conn worker hyper own; do
-  setsid $server_cpu target/production/examples/hit_floor $port $mode $workers 2>"$dir/logs/$mode.log" &
+for mode in conn worker hyper own stack; do
+  case " $ONLY " in *" $mode "*) ;; *) continue ;; esac
+  setsid $server_cpu target/production/examples/hit_floor "$(port_of $mode)" $mode $workers \
+    2>"$dir/logs/$mode.log" &
   echo $! > "$dir/$mode.pid"
-  port=$((port + 1))
 done
 sleep 1
 for f in "$dir"/*.pid; do kill -0 "$(cat "$f")" || { echo "the server of $f is not running" >&2; exit 1; }; done
@@ -66,6 +79,7 @@ name_of() {
     18185) echo "floor: tokio, a buffer per worker" ;;
     18186) echo "floor: hyper, a fixed response" ;;
     18187) echo "floor: an HTTP/1 loop of our own, buffers per worker" ;;
+    18188) echo "floor: secondhit's listener stack, a fixed response" ;;
   esac
 }
 pids_of() {
@@ -76,9 +90,9 @@ pids_of() {
     18185) cat "$dir/worker.pid" ;;
     18186) cat "$dir/hyper.pid" ;;
     18187) cat "$dir/own.pid" ;;
+    18188) cat "$dir/stack.pid" ;;
   esac
 }
-ports="18181 18183 18184 18185 18186 18187"
 : > "$dir/rows"
 for round in $(seq 1 "$RUNS"); do
   order=$(echo $ports | awk -v r="$round" '{ for (i = 0; i < NF; i++) printf "%s ", $((i + r - 1) % NF + 1) }')
