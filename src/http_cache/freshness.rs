@@ -6,7 +6,6 @@ use super::directives::{CacheControl, DELTA_SECONDS_MAX};
 use super::NoStore;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
-use std::cell::Cell;
 use std::time::{Duration, SystemTime};
 
 /// Statuses this cache understands (RFC 9111 §5.2.2.3 `must-understand`): their semantics for
@@ -83,25 +82,14 @@ impl Freshness {
     }
 }
 
-thread_local! {
-    /// The last IMF-fixdate [`parse_date`] parsed on this thread, and its time.
-    static LAST_FIXDATE: Cell<Option<([u8; 29], SystemTime)>> = const { Cell::new(None) };
-}
-
 /// Parses an HTTP date in any of its three formats (RFC 9110 §5.6.7), also in the wrong letter
 /// case (`thu, 01 JAN 2026 00:00:00 gmt`), as real traffic sends it.
 pub fn parse_date(value: &str) -> Option<SystemTime> {
     let value = value.trim();
-    // An origin's `Date` changes once a second: the last IMF-fixdate (29 bytes) this thread
-    // parsed answers most calls without the parser.
-    if let Ok(fixdate) = <[u8; 29]>::try_from(value.as_bytes()) {
-        if let Some((last, t)) = LAST_FIXDATE.with(Cell::get) {
-            if last == fixdate {
-                return Some(t);
-            }
-        }
-        if let Ok(t) = httpdate::parse_http_date(value) {
-            LAST_FIXDATE.with(|c| c.set(Some((fixdate, t))));
+    // Every miss parses the origin's `Date` and often a `Last-Modified`: the form senders must
+    // use is read here without the general parser (which checks a date by formatting it back).
+    if let Ok(fixdate) = <&[u8; 29]>::try_from(value.as_bytes()) {
+        if let Some(t) = parse_fixdate(fixdate) {
             return Some(t);
         }
     }
@@ -135,6 +123,56 @@ pub fn parse_date(value: &str) -> Option<SystemTime> {
     }
     flush(&mut word, &mut fixed);
     httpdate::parse_http_date(&fixed).ok()
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) in exactly that form and case, with the
+/// checks `httpdate` makes: fields in range, years 1970 to 9999, the day of the week right.
+/// `None` for anything else (the caller falls back to the general parser).
+fn parse_fixdate(s: &[u8; 29]) -> Option<SystemTime> {
+    if s[3..5] != *b", " || s[16] != b' ' || s[19] != b':' || s[22] != b':' || s[25..] != *b" GMT" {
+        return None;
+    }
+    let digits = |from: usize, to: usize| {
+        s[from..to].iter().try_fold(0u64, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u64::from(c - b'0'))
+        })
+    };
+    let (day, year) = (digits(5, 7)?, digits(12, 16)?);
+    let (hour, min, sec) = (digits(17, 19)?, digits(20, 22)?, digits(23, 25)?);
+    const MONTHS: [&[u8; 5]; 12] = [
+        b" Jan ", b" Feb ", b" Mar ", b" Apr ", b" May ", b" Jun ", b" Jul ", b" Aug ", b" Sep ",
+        b" Oct ", b" Nov ", b" Dec ",
+    ];
+    let month = 1 + MONTHS.iter().position(|m| s[7..12] == m[..])? as u64;
+    // Monday first, as `(days since 1970-01-01 + 3) % 7` counts (that day was a Thursday).
+    const WEEKDAYS: [&[u8; 3]; 7] = [b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun"];
+    let weekday = WEEKDAYS.iter().position(|d| s[..3] == d[..])? as u64;
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    let in_range = (1970..=9999).contains(&year) && (1..=month_days).contains(&day);
+    if !in_range || hour > 23 || min > 59 || sec > 59 {
+        return None;
+    }
+    // Days since 1970-01-01 of a civil date (years from March, so that a leap day ends one).
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let (era, year_of_era) = (y / 400, y % 400);
+    let day_of_year = (153 * m + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    if (days + 3) % 7 != weekday {
+        return None;
+    }
+    let secs = days * 86_400 + hour * 3_600 + min * 60 + sec;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
 fn date_of(value: Option<&HeaderValue>) -> Option<SystemTime> {
@@ -414,15 +452,64 @@ mod tests {
         storability(StatusCode::OK, &h(hs), false, &StoreRules::default(), t(0))
     }
 
+    /// The fast IMF-fixdate reading agrees with `httpdate` on every input of its length.
+    fn agrees(s: &str) {
+        let fast = <&[u8; 29]>::try_from(s.as_bytes())
+            .ok()
+            .and_then(parse_fixdate);
+        assert_eq!(fast, httpdate::parse_http_date(s).ok(), "{s:?}");
+    }
+
     #[test]
-    fn the_remembered_date_is_only_ever_the_one_asked_for() {
-        for secs in [0, 0, 1, 1, 0, 86_400, 1] {
-            assert_eq!(parse_date(&date(secs)), Some(t(secs)), "{secs}");
+    fn fixdates_read_as_httpdate_reads_them() {
+        let at =
+            |secs: u64| httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+        // Every day around the leap-year rules' edges (1970, 2000, 2100, 9999), then a stride
+        // through the whole range that falls on every month, day and time of day.
+        for year_start in [0, 946_684_800 - 800 * 86_400, 4_102_444_800 - 800 * 86_400] {
+            for day in 0..1_600u64 {
+                agrees(&at(year_start + day * 86_400 + day * 37 % 86_400));
+            }
         }
-        // The same 29 bytes but not a date, after a date was remembered.
-        assert_eq!(parse_date(&date(2)), Some(t(2)));
+        let last = 253_402_300_799; // 9999-12-31T23:59:59Z
+        for i in 0..200_000u64 {
+            agrees(&at(i * (last / 200_000) + i % 86_400));
+        }
+        agrees(&at(last));
+        // One byte changed anywhere: other names, digits out of range, wrong weekdays, the
+        // wrong case, separators gone (each then read, or refused, as `httpdate` does).
+        for base in [at(951_782_400), at(1_700_000_000), at(last)] {
+            for i in 0..29 {
+                for c in b"0123456789 :,-ADFGJMNOSTWabcdefgilmnoprstuvy\x7f".iter() {
+                    let mut b = base.clone().into_bytes();
+                    b[i] = *c;
+                    if let Ok(s) = String::from_utf8(b) {
+                        agrees(&s);
+                    }
+                }
+            }
+        }
+        // Past 9999 and before 1970, day 00, 31 of a 30-day month, 29 February off leap years.
+        for s in [
+            "Fri, 01 Jan 1960 00:00:00 GMT",
+            "Mon, 00 Jan 2024 00:00:00 GMT",
+            "Mon, 31 Apr 2024 00:00:00 GMT",
+            "Thu, 29 Feb 2100 00:00:00 GMT",
+            "Tue, 29 Feb 2000 00:00:00 GMT",
+            "Sun, 31 Dec 9999 23:59:60 GMT",
+        ] {
+            agrees(s);
+        }
+        // The general path still takes what the fast one leaves.
+        assert_eq!(
+            parse_date("Sunday, 06-Nov-94 08:49:37 GMT"),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777))
+        );
+        assert_eq!(
+            parse_date("sun, 06 NOV 1994 08:49:37 gmt"),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777))
+        );
         assert_eq!(parse_date("Xue, 14 Nov 2023 22:13:22 GMT"), None);
-        assert_eq!(parse_date(&date(2)), Some(t(2)));
     }
 
     #[test]
