@@ -139,14 +139,33 @@ fn parse_fixdate(s: &[u8; 29]) -> Option<SystemTime> {
     };
     let (day, year) = (digits(5, 7)?, digits(12, 16)?);
     let (hour, min, sec) = (digits(17, 19)?, digits(20, 22)?, digits(23, 25)?);
-    const MONTHS: [&[u8; 5]; 12] = [
-        b" Jan ", b" Feb ", b" Mar ", b" Apr ", b" May ", b" Jun ", b" Jul ", b" Aug ", b" Sep ",
-        b" Oct ", b" Nov ", b" Dec ",
-    ];
-    let month = 1 + MONTHS.iter().position(|m| s[7..12] == m[..])? as u64;
+    // Matched against fixed-length literals (compared as integers), not searched for in a table.
+    let month = match &s[7..12] {
+        b" Jan " => 1,
+        b" Feb " => 2,
+        b" Mar " => 3,
+        b" Apr " => 4,
+        b" May " => 5,
+        b" Jun " => 6,
+        b" Jul " => 7,
+        b" Aug " => 8,
+        b" Sep " => 9,
+        b" Oct " => 10,
+        b" Nov " => 11,
+        b" Dec " => 12,
+        _ => return None,
+    };
     // Monday first, as `(days since 1970-01-01 + 3) % 7` counts (that day was a Thursday).
-    const WEEKDAYS: [&[u8; 3]; 7] = [b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun"];
-    let weekday = WEEKDAYS.iter().position(|d| s[..3] == d[..])? as u64;
+    let weekday = match &s[..3] {
+        b"Mon" => 0,
+        b"Tue" => 1,
+        b"Wed" => 2,
+        b"Thu" => 3,
+        b"Fri" => 4,
+        b"Sat" => 5,
+        b"Sun" => 6,
+        _ => return None,
+    };
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
     let month_days = match month {
         2 if leap => 29,
