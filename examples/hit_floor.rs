@@ -150,7 +150,7 @@ const MAX_HEAD: usize = 16 * 1024;
 
 /// What one pass of the `own` loop left to do.
 enum Step {
-    /// Nothing more was readable.
+    /// Nothing to answer yet: nothing was readable, or no head is whole.
     Wait,
     /// The peer closed, or sent what is not HTTP/1.
     Close,
@@ -177,7 +177,7 @@ fn request(parsed: &httparse::Request<'_, '_>) -> Option<Request<()>> {
     Some(request)
 }
 
-/// Appends the head of `response` (a body of `len` bytes) to `out`.
+/// Appends the head of `response` to `out`, with its `content-length` and this second's `date`.
 fn encode(response: &Response<Bytes>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(response.status().as_str().as_bytes());
@@ -300,8 +300,8 @@ async fn own_loop(mut s: TcpStream, body: Bytes) {
 fn with_stack(port: u16, workers: usize) -> Result<(), String> {
     use hyper_util::rt::{TokioExecutor, TokioTimer};
     use hyper_util::server::conn::auto;
+    use secondhit::config;
     use secondhit::listener::{serve_on_threads, timer::Coarse, Limits};
-    use std::time::Duration;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -310,18 +310,20 @@ fn with_stack(port: u16, workers: usize) -> Result<(), String> {
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
             .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+        // `serve`'s defaults, read from the configuration's own.
+        let (timeouts, sizes) = (config::Timeouts::default(), config::Limits::default());
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(Coarse)
-            .header_read_timeout(Duration::from_secs(10))
-            .max_buf_size(32 * 1024)
+            .header_read_timeout(timeouts.client_header)
+            .max_buf_size(sizes.max_header_bytes)
             .keep_alive(true);
         builder.http2().timer(TokioTimer::new());
         let limits = Limits {
-            max_connections: 4096,
-            first_byte: Some(Duration::from_secs(10)),
-            grace: Duration::from_secs(1),
+            max_connections: sizes.max_connections,
+            first_byte: Some(timeouts.client_header),
+            grace: timeouts.shutdown_grace,
         };
         let handler = |_req: Request<Incoming>, _peer| async {
             Ok::<_, Infallible>(respond(secondhit::body::full(Bytes::from_static(&BODY))))
