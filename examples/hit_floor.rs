@@ -150,12 +150,11 @@ const MAX_HEAD: usize = 16 * 1024;
 
 /// What one pass of the `own` loop left to do.
 enum Step {
-    /// Nothing to answer yet: nothing was readable, or no head is whole.
-    Wait,
+    /// Nothing left to do until the socket is readable again: all answered and written, or
+    /// nothing was readable, or no head is whole yet.
+    Again,
     /// The peer closed, or sent what is not HTTP/1.
     Close,
-    /// All answered and written.
-    Written,
     /// Answered, but the socket took only part: the rest, to write in the background.
     Rest(Vec<u8>),
 }
@@ -215,7 +214,7 @@ fn own_pass(s: &TcpStream, partial: &mut Vec<u8>, body: &Bytes) -> Step {
         let n = match s.try_read(buf) {
             Ok(0) => return Step::Close,
             Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::Wait,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::Again,
             Err(_) => return Step::Close,
         };
         let joined;
@@ -253,7 +252,7 @@ fn own_pass(s: &TcpStream, partial: &mut Vec<u8>, body: &Bytes) -> Step {
         }
         partial.extend_from_slice(&input[at..]);
         let parts: &[IoSlice<'_>] = match answered {
-            0 => return Step::Wait,
+            0 => return Step::Again,
             1 => &[IoSlice::new(out), IoSlice::new(body)],
             _ => {
                 out.extend_from_slice(body);
@@ -263,7 +262,7 @@ fn own_pass(s: &TcpStream, partial: &mut Vec<u8>, body: &Bytes) -> Step {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let sent = s.try_write_vectored(parts).unwrap_or(0);
         if sent == total {
-            return Step::Written;
+            return Step::Again;
         }
         let mut rest = Vec::with_capacity(total - sent);
         let mut skip = sent;
@@ -284,7 +283,7 @@ async fn own_loop(mut s: TcpStream, body: Bytes) {
             return;
         }
         match own_pass(&s, &mut partial, &body) {
-            Step::Wait | Step::Written => {}
+            Step::Again => {}
             Step::Close => return,
             Step::Rest(rest) => {
                 if s.write_all(&rest).await.is_err() {
