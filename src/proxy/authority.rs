@@ -128,26 +128,21 @@ impl Host {
             if host.len() > MAX_HOST_LEN {
                 return Err(AuthorityError::TooLong);
             }
-            let mut i = 0;
-            while i < host.len() {
-                let b = host[i];
+            // One pass: each byte checked and lower-cased through one table lookup, and
+            // pushed as the ASCII character it then is.
+            for (i, &b) in host.iter().enumerate() {
+                let lower = REG_NAME[usize::from(b)];
+                if lower == 0 {
+                    return Err(AuthorityError::BadByte(b));
+                }
                 if b == b'%' {
                     let hex = host.get(i + 1..i + 3).ok_or(AuthorityError::BadPercent)?;
                     if !hex.iter().all(u8::is_ascii_hexdigit) {
                         return Err(AuthorityError::BadPercent);
                     }
-                } else if !is_reg_name_byte(b) {
-                    return Err(AuthorityError::BadByte(b));
                 }
-                i += 1;
+                text.push(char::from(lower));
             }
-            // Only ASCII passed the checks, so this cannot fail; then copied and lower-cased
-            // in one go rather than a character at a time.
-            let ascii = std::str::from_utf8(host).map_err(|e| {
-                AuthorityError::BadByte(host.get(e.valid_up_to()).copied().unwrap_or(0))
-            })?;
-            text.push_str(ascii);
-            text.make_ascii_lowercase();
         }
         let name_len = text.len();
         if let Some(p) = port.filter(|p| *p != default_port) {
@@ -174,8 +169,24 @@ impl fmt::Display for Host {
     }
 }
 
+/// For each byte, its lower-case form when a reg-name may hold it (RFC 3986 `unreserved`,
+/// `sub-delims`, and the `%` of a percent-encoding, whose two hex digits the caller checks);
+/// 0 when it may not.
+const REG_NAME: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        if is_reg_name_byte(byte) || byte == b'%' {
+            table[b] = byte.to_ascii_lowercase();
+        }
+        b += 1;
+    }
+    table
+};
+
 /// RFC 3986 `unreserved / sub-delims` (a `%` is checked by the caller).
-fn is_reg_name_byte(b: u8) -> bool {
+const fn is_reg_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,
@@ -296,6 +307,64 @@ mod tests {
         assert_eq!(err(b"%4"), AuthorityError::BadPercent);
         assert_eq!(err(b"%zz.test"), AuthorityError::BadPercent);
         assert_eq!(err(&[b'a'; 300]), AuthorityError::TooLong);
+    }
+
+    /// The reg-name check as it read before the table: a byte at a time through
+    /// `is_reg_name_byte`, then the whole host lower-cased.
+    fn reference_reg_name(host: &[u8]) -> Result<String, AuthorityError> {
+        for (i, &b) in host.iter().enumerate() {
+            if b == b'%' {
+                let hex = host.get(i + 1..i + 3).ok_or(AuthorityError::BadPercent)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return Err(AuthorityError::BadPercent);
+                }
+            } else if !is_reg_name_byte(b) {
+                return Err(AuthorityError::BadByte(b));
+            }
+        }
+        Ok(String::from_utf8_lossy(host).to_ascii_lowercase())
+    }
+
+    #[test]
+    fn the_table_is_the_byte_class() {
+        for b in 0..=255u8 {
+            let want = if is_reg_name_byte(b) || b == b'%' {
+                b.to_ascii_lowercase()
+            } else {
+                0
+            };
+            assert_eq!(REG_NAME[usize::from(b)], want, "byte 0x{b:02x}");
+        }
+    }
+
+    /// Every byte, at every place of a few hosts (and a `%` before it, and doubled), reads as
+    /// the byte-at-a-time check reads it: the same host or the same error.
+    #[test]
+    fn every_byte_anywhere_reads_as_the_reference_reads_it() {
+        let bases: [&[u8]; 4] = [b"a", b"Ab.Test", b"%4a.x-Y_z~1", b"img.cdn-EXAMPLE.net"];
+        let mut checked = 0;
+        for base in bases {
+            for at in 0..=base.len() {
+                for b in 0..=255u8 {
+                    for insert in [vec![b], vec![b'%', b], vec![b, b]] {
+                        let mut host = base[..at].to_vec();
+                        host.extend(&insert);
+                        host.extend(&base[at..]);
+                        // Only the reg-name pass is compared: no port, no brackets, no `@`,
+                        // no trailing dot, which other checks read first.
+                        if host.iter().any(|&c| matches!(c, b':' | b'[' | b'@'))
+                            || host.last() == Some(&b'.')
+                        {
+                            continue;
+                        }
+                        let got = Host::parse(&host, 80).map(|h| h.as_str().to_string());
+                        assert_eq!(got, reference_reg_name(&host), "{host:?}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 20_000, "{checked}");
     }
 
     #[test]
