@@ -3,9 +3,10 @@
 # timed: each server runs under valgrind's callgrind with a cache model of one core of this
 # machine (32 KiB 8-way L1d and L1i; the last level is its 512 KiB 8-way L2, so a "miss" is a
 # trip to the shared L3 or to memory), one worker, and wrk -t1 loads it with 64 or with 1,000
-# connections for 24 s (valgrind is slow: a request may take seconds). The counters cover 10 s in the middle of the run, after every
-# connection is open, so connecting is not counted; the requests in that window are the bytes
-# the server sent (tcp_info, from `ss`) over the bytes of one response.
+# connections for 24 s (valgrind is slow: a request may take seconds). The counters cover 10 s
+# in the middle of the run, after every connection is open, so connecting is not counted; the
+# requests in that window are the bytes the server sent (tcp_info, from `ss`) over the bytes of
+# one response.
 #
 # Servers: nginx serving the file itself (one process, no master), secondhit serve answering a
 # HIT, and the floors of `examples/hit_floor.rs` (see scripts/bench-c1000-floor.sh): hyper with a
