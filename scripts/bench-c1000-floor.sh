@@ -22,7 +22,7 @@
 #                                             own stack)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# nginx and wrk (installed if missing), static_nginx_conf, ticks, MEDIAN.
+# nginx and wrk (installed if missing), www_with_1k, static_nginx_conf, ticks, MEDIAN.
 . scripts/bench-common.sh
 RUNS=${RUNS:-3}
 ALL="nginx secondhit conn worker hyper own stack"
@@ -51,10 +51,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-mkdir -p "$dir/www" "$dir/logs"
-chmod 755 "$dir"
-head -c 1024 /dev/urandom > "$dir/www/obj-1k"
-chmod -R a+rX "$dir/www"
+www_with_1k "$dir"
 NGINX_WORKERS=$workers static_nginx_conf "$dir/nginx.conf" "$dir/www" 18181 "$dir/nginx.pid" \
   "$dir/logs/error.log" backlog=4096
 $server_cpu nginx -p "$dir" -c "$dir/nginx.conf"

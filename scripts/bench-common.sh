@@ -1,8 +1,16 @@
-# Shared by the bench scripts (sourced, not run): nginx and wrk installed, a static nginx
-# config, CPU ticks from /proc, and an awk median.
+# Shared by the bench scripts (sourced, not run): nginx and wrk installed, a directory with a
+# 1 KiB object, a static nginx config, CPU ticks from /proc, and an awk median.
 
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
   apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
+}
+
+# Makes $1/www (with obj-1k, 1 KiB of random bytes, readable by nginx's workers) and $1/logs.
+www_with_1k() {
+  mkdir -p "$1/www" "$1/logs"
+  chmod 755 "$1"
+  head -c 1024 /dev/urandom > "$1/www/obj-1k"
+  chmod -R a+rX "$1/www"
 }
 
 # Writes to $1 an nginx config (NGINX_WORKERS workers, default 2; no access log) that serves the

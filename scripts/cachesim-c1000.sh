@@ -23,7 +23,7 @@
 #                                              default 524288 and 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# nginx and wrk (installed if missing), static_nginx_conf.
+# nginx and wrk (installed if missing), www_with_1k, static_nginx_conf.
 . scripts/bench-common.sh
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
 ONLY=${ONLY:-nginx secondhit hyper stack own worker}
@@ -38,10 +38,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-mkdir -p "$dir/www" "$dir/logs"
-chmod 755 "$dir"
-head -c 1024 /dev/urandom > "$dir/www/obj-1k"
-chmod -R a+rX "$dir/www"
+www_with_1k "$dir"
 NGINX_WORKERS=1 static_nginx_conf "$dir/nginx.conf" "$dir/www" $port "$dir/nginx.pid" "$dir/logs/error.log"
 sed -i '1i daemon off;\nmaster_process off;' "$dir/nginx.conf"
 # secondhit's origin (not measured): hyper's floor, whose answer may be cached for an hour.
