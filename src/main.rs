@@ -580,6 +580,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     control.block_on(async move {
+        // Before anything is served: a reload or a log rotation sent as soon as the ready line
+        // is out must find its handler (the default action of each of these ends the process).
+        let signals = Signals::install()?;
         let clock = std::sync::Arc::new(secondhit::clock::SystemClock::new());
         let running = secondhit::server::start_with_source(config, clock, source).await?;
         eprintln!(
@@ -591,56 +594,96 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         #[cfg(unix)]
         {
             let reloader = std::sync::Arc::clone(&running.reloader);
-            if let Ok(mut hup) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            {
-                tokio::spawn(async move {
-                    while hup.recv().await.is_some() {
-                        let r = std::sync::Arc::clone(&reloader);
-                        // Reads files: off the async threads. It logs its own outcome.
-                        let _ = tokio::task::spawn_blocking(move || r.reload()).await;
-                    }
-                });
-            }
+            let mut hup = signals.hangup;
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    let r = std::sync::Arc::clone(&reloader);
+                    // Reads files: off the async threads. It logs its own outcome.
+                    let _ = tokio::task::spawn_blocking(move || r.reload()).await;
+                }
+            });
             // Log rotation: the access log file is reopened under its configured name.
             let proxy = std::sync::Arc::clone(&running.proxy);
-            if let Ok(mut usr1) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
-            {
-                tokio::spawn(async move {
-                    while usr1.recv().await.is_some() {
-                        proxy.reopen_access_log();
-                        tracing::info!("SIGUSR1: reopening the access log");
-                    }
-                });
-            }
+            let mut usr1 = signals.user1;
+            tokio::spawn(async move {
+                while usr1.recv().await.is_some() {
+                    proxy.reopen_access_log();
+                    tracing::info!("SIGUSR1: reopening the access log");
+                }
+            });
         }
-        shutdown_signal().await;
+        signals.stop.wait().await;
         tracing::info!("shutting down: finishing in-flight requests");
         running.shutdown().await;
         anyhow::Ok(())
     })
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// The signals `serve` handles, registered at once (before the ready line): SIGHUP reloads,
+/// SIGUSR1 reopens the access log, SIGTERM and SIGINT stop.
+struct Signals {
+    stop: StopSignals,
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    hangup: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    user1: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Registers every handler; needs the runtime's context.
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                stop: StopSignals::install()?,
+                hangup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+                user1: signal(SignalKind::user_defined1()).context("cannot handle SIGUSR1")?,
+            })
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        #[cfg(not(unix))]
+        Ok(Signals {
+            stop: StopSignals::install()?,
+        })
+    }
+}
+
+/// SIGTERM and SIGINT (Ctrl-C), registered when made: a stop sent before [`StopSignals::wait`]
+/// is polled is still seen, and never kills the process half-way.
+struct StopSignals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Registers both handlers; needs the runtime's context.
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(StopSignals {
+                term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+                int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
+    }
+
+    /// Resolves on the first SIGTERM or SIGINT.
+    async fn wait(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = &mut self;
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -717,6 +760,7 @@ fn origin(args: OriginArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     runtime()?.block_on(async move {
+        let stop = StopSignals::install()?;
         let running = secondhit::origin_server::start(options)
             .await
             .map_err(anyhow::Error::msg)?;
@@ -724,7 +768,7 @@ fn origin(args: OriginArgs) -> anyhow::Result<()> {
             "secondhit origin on http://{} (GET /<key>?size=N; stats at /_stats); Ctrl-C to stop",
             running.addr
         );
-        shutdown_signal().await;
+        stop.wait().await;
         let stats = running.stats();
         running.shutdown().await;
         eprintln!(

@@ -12,16 +12,6 @@ fn run(args: &[&str]) -> Output {
         .expect("run secondhit")
 }
 
-/// Held by the tests that run a server child and by the one that runs GNU parallel: with
-/// parallel running beside them, those children were seen to die right after printing their
-/// addresses (connection refused) in about one run in three, even with parallel in a process
-/// group of its own; the cause is not understood yet, so they take turns.
-static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn children_turn() -> std::sync::MutexGuard<'static, ()> {
-    CHILDREN.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Sends `sig` (e.g. `-HUP`) to `child` with the shell's own `kill` (a fresh machine may have
 /// no kill program; every machine has `sh`).
 fn signal(child: &std::process::Child, sig: &str) -> std::process::ExitStatus {
@@ -323,7 +313,6 @@ fn an_undersized_filter_is_named_and_auto_sizes_it() {
 
 #[test]
 fn a_planned_sweep_merged_equals_one_run() {
-    let _turn = children_turn();
     let dir = std::env::temp_dir().join(format!("secondhit-plan-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let sweep = [
@@ -495,7 +484,6 @@ fn simulate_saves_a_warmed_filter_that_serve_loads() {
 
 #[test]
 fn sighup_reloads_the_configuration_file() {
-    let _turn = children_turn();
     let file = std::env::temp_dir().join(format!("secondhit-sighup-{}.toml", std::process::id()));
     std::fs::write(
         &file,
@@ -537,10 +525,63 @@ fn sighup_reloads_the_configuration_file() {
     std::fs::remove_file(file).unwrap();
 }
 
+/// A reload or a log rotation sent the moment `serve` says it is ready (as systemd's
+/// `ExecReload` and logrotate may) finds its handler: `serve` registers them before it serves.
+/// When they were registered after the ready line, a signal in between took the default action
+/// and ended the process: the children that died beside GNU parallel's load.
+#[cfg(unix)]
+#[test]
+fn signals_sent_as_soon_as_serve_is_ready_find_their_handlers() {
+    let file = std::env::temp_dir().join(format!("secondhit-early-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\norigin = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    for round in 0..4 {
+        let mut child = std::process::Command::new(support::bin())
+            .args(["serve", "--config"])
+            .arg(&file)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let rx = stderr_lines(&mut child);
+        let admin = wait_for(&rx, "(admin http://", '/');
+        assert!(signal(&child, "-HUP").success());
+        assert!(signal(&child, "-USR1").success());
+        let mut reloaded = false;
+        for _ in 0..100 {
+            use std::io::{Read, Write};
+            let Ok(mut s) = std::net::TcpStream::connect(&admin) else {
+                panic!(
+                    "round {round}: serve died after an early signal: {:?}",
+                    child.try_wait()
+                );
+            };
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if out.contains("secondhit_config_reloads_total{result=\"ok\"} 1") {
+                reloaded = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(
+            reloaded,
+            "round {round}: the early SIGHUP reloaded the file"
+        );
+        assert!(signal(&child, "-TERM").success());
+        let status = child.wait().unwrap();
+        assert!(status.success(), "round {round}: {status}");
+    }
+    std::fs::remove_file(file).unwrap();
+}
+
 #[cfg(unix)]
 #[test]
 fn sigusr1_reopens_the_access_log_for_rotation() {
-    let _turn = children_turn();
     use std::io::{Read, Write};
     let dir = std::env::temp_dir().join(format!("secondhit-usr1-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
