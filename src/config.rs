@@ -6,7 +6,9 @@
 
 use crate::admission::{Policy, Settings};
 use crate::bloom::Layout;
-use crate::http_cache::{StoreRules, DEFAULT_FORWARDED_REQUEST_HEADERS};
+use crate::http_cache::{
+    StoreRules, DEFAULT_FORWARDED_REQUEST_HEADERS, DEFAULT_FORWARDED_UNKEYED_HEADERS,
+};
 use crate::lab::ShadowSpec;
 use crate::proxy::authority::Host;
 use crate::store::Eviction;
@@ -369,15 +371,31 @@ pub struct CacheConfig {
     pub targeted_cache_control: Vec<HeaderName>,
     /// Store responses that carry `Set-Cookie` (the cookie goes to every client).
     pub store_set_cookie: bool,
-    /// Never cache requests that carry a `Cookie`.
+    /// Never cache requests that carry a `Cookie` (neither looked up nor stored).
     pub bypass_cookie_requests: bool,
-    /// The request fields a GET or HEAD may pass to the origin; every other field is dropped,
-    /// so no input outside the cache key can shape a stored response (hop-by-hop fields are
-    /// always dropped; `Host`, `Via` and `X-Forwarded-For` are always set by the proxy). `"*"`
-    /// forwards every field except the header-override ones (`X-Forwarded-Host`, ...): for
-    /// origins that never let a request field change a cacheable response without `Vary`.
+    /// Share responses fetched for requests with `Cookie` as any other (RFC 9111 alone). Off
+    /// by default, as Varnish's builtin rule: such a response is stored for others only when it
+    /// says `public` or `s-maxage`, so a page personalised by a session cookie without `Vary`
+    /// (web cache deception: `/account/x.css`) never reaches another client. Requests with a
+    /// cookie still get stored responses.
+    pub share_cookie_requests: bool,
+    /// The request fields a GET or HEAD may pass to the origin; every other field is dropped.
+    /// Each one forwarded is part of the cache key (its value selects a stored response of its
+    /// own) unless it is in `forwarded_unkeyed_headers` or the cache answers for it itself
+    /// (`Cache-Control`, `Pragma`, conditionals, `Range`), so that no input outside the key can
+    /// shape a stored response. Hop-by-hop fields are always dropped; `Host`, `Via` and
+    /// `X-Forwarded-For` are always set by the proxy. `"*"` forwards every field except the
+    /// header-override ones (`X-Forwarded-Host`, ...) and keys on none: for origins that name
+    /// in `Vary` every field that changes a cacheable response.
     #[serde(deserialize_with = "de_header_names")]
     pub forwarded_request_headers: Vec<HeaderName>,
+    /// Forwarded fields that are not part of the key: the operator's word that the origin
+    /// shapes no cacheable response by them except as its `Vary` says (then each variant is
+    /// keyed through `Vary`). Default: the credentials, `Authorization` and `Cookie`, since what
+    /// they fetch is shared only when marked `public` or `s-maxage`. A name here that is not
+    /// forwarded has no effect.
+    #[serde(deserialize_with = "de_header_names")]
+    pub forwarded_unkeyed_headers: Vec<HeaderName>,
     /// Weigh entries by body only and run moka's maintenance after every write and every 32
     /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
     /// Slower; for agreement runs (`secondhit demo`), not for production.
@@ -433,7 +451,12 @@ impl Default for CacheConfig {
             targeted_cache_control: StoreRules::default().targeted,
             store_set_cookie: false,
             bypass_cookie_requests: false,
+            share_cookie_requests: false,
             forwarded_request_headers: DEFAULT_FORWARDED_REQUEST_HEADERS
+                .iter()
+                .map(|s| HeaderName::from_static(s))
+                .collect(),
+            forwarded_unkeyed_headers: DEFAULT_FORWARDED_UNKEYED_HEADERS
                 .iter()
                 .map(|s| HeaderName::from_static(s))
                 .collect(),
@@ -863,9 +886,15 @@ pub struct Overrides {
     #[arg(long)]
     pub state_dir: Option<std::path::PathBuf>,
     /// Request fields a GET or HEAD may pass to the origin, comma-separated (replaces
-    /// cache.forwarded_request_headers); "*" forwards all but the header-override fields.
+    /// cache.forwarded_request_headers); each is part of the cache key unless listed in
+    /// --forwarded-unkeyed-headers; "*" forwards all but the header-override fields and keys
+    /// on none.
     #[arg(long, value_delimiter = ',')]
     pub forwarded_request_headers: Option<Vec<HeaderName>>,
+    /// Forwarded fields that are not part of the cache key, comma-separated (replaces
+    /// cache.forwarded_unkeyed_headers).
+    #[arg(long, value_delimiter = ',')]
+    pub forwarded_unkeyed_headers: Option<Vec<HeaderName>>,
     /// Shadow admission policies fed every lookup, comma-separated (replaces lab.shadow):
     /// admit-all,nth-hit:3,second-hit:window=10m; options window, expected_items, fpr,
     /// eviction, capacity (default: the live cache's). Figures: secondhit_shadow_* in /metrics.
@@ -1025,6 +1054,9 @@ impl Config {
         }
         if let Some(v) = o.forwarded_request_headers {
             self.cache.forwarded_request_headers = v;
+        }
+        if let Some(v) = o.forwarded_unkeyed_headers {
+            self.cache.forwarded_unkeyed_headers = v;
         }
         if let Some(v) = o.shadow {
             self.lab.shadow = v;
@@ -1234,6 +1266,7 @@ impl Config {
             store_set_cookie: self.cache.store_set_cookie,
             targeted: self.cache.targeted_cache_control.clone(),
             stale_if_error: self.cache.stale_if_error,
+            share_cookie_requests: self.cache.share_cookie_requests,
         }
     }
 }

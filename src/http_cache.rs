@@ -18,7 +18,7 @@ mod vary;
 pub use directives::{CacheControl, DELTA_SECONDS_MAX};
 pub use freshness::{
     age_field, has_validator, parse_date, storability, updated_headers, usable_with_authorization,
-    validates, Freshness, StoreRules,
+    validates, Credentials, Freshness, StoreRules,
 };
 pub use range::{parse_range, range_answer, RangeAnswer, RangeRequest};
 pub use vary::{variant_key, vary_fields};
@@ -50,6 +50,9 @@ pub enum NoStore {
     /// A response to a request with `Authorization` without `public`, `s-maxage` or
     /// `must-revalidate`.
     Authorization,
+    /// A response to a request with `Cookie` without `public` or `s-maxage`
+    /// (`cache.share_cookie_requests` off).
+    CookieRequest,
     /// No freshness information and no default TTL, or already stale.
     NotFresh,
     /// Larger than `max_object_size`.
@@ -74,6 +77,7 @@ impl NoStore {
             NoStore::SetCookie => "set-cookie",
             NoStore::VaryStar => "vary-star",
             NoStore::Authorization => "authorization",
+            NoStore::CookieRequest => "cookie-request",
             NoStore::NotFresh => "not-fresh",
             NoStore::TooLarge => "too-large",
             NoStore::Range => "range",
@@ -220,10 +224,12 @@ pub fn strip_unkeyed_overrides(headers: &mut HeaderMap) {
 }
 
 /// The request fields forwarded to the origin on GET and HEAD by default: content negotiation,
-/// conditionals, ranges, credentials (whose responses are stored only when marked public) and
-/// the fields origins commonly log. Everything else a client sends is dropped, so that no input
-/// the cache key does not cover can shape a stored response.
-pub const DEFAULT_FORWARDED_REQUEST_HEADERS: [&str; 17] = [
+/// credentials (whose responses are shared only when marked so), the request's cache directives,
+/// conditionals and ranges. Everything else a client sends is dropped: `Origin`, `Referer` and
+/// `User-Agent` too, which origins commonly reflect into a response (`Access-Control-Allow-Origin`,
+/// a script) without saying so in `Vary`. Listing one in `cache.forwarded_request_headers` keys
+/// the cache on it (see [`keyed_fields`]).
+pub const DEFAULT_FORWARDED_REQUEST_HEADERS: [&str; 14] = [
     "accept",
     "accept-charset",
     "accept-encoding",
@@ -236,12 +242,61 @@ pub const DEFAULT_FORWARDED_REQUEST_HEADERS: [&str; 17] = [
     "if-none-match",
     "if-range",
     "if-unmodified-since",
-    "origin",
     "pragma",
     "range",
-    "referer",
-    "user-agent",
 ];
+
+/// Forwarded fields that are not part of the key by default (`cache.forwarded_unkeyed_headers`):
+/// the credentials, whose responses are shared only when they say `public` or `s-maxage`
+/// ([`Credentials`]). Content negotiation is keyed by default: an origin that reflects
+/// `Accept-Language` without `Vary` then still answers each value for itself; an operator whose
+/// origin names these in `Vary` lists them here, and the cache keys each variant through `Vary`.
+pub const DEFAULT_FORWARDED_UNKEYED_HEADERS: [&str; 2] = ["authorization", "cookie"];
+
+/// Fields the cache itself answers for, never keyed whatever the lists say: the request's cache
+/// directives, and the conditionals and ranges that a fetch to be stored drops (the cache asks
+/// for the whole object and answers the client's conditions from it).
+const CACHE_GOVERNED: [HeaderName; 8] = [
+    header::CACHE_CONTROL,
+    header::PRAGMA,
+    header::IF_MATCH,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+    header::RANGE,
+];
+
+/// The request fields that are part of the cache key (as CloudFront's cache policies have it):
+/// every field forwarded on GET and HEAD, unless listed as forwarded-unkeyed or governed by the
+/// cache itself. `*` in `forwarded` (forward everything) keys on none: that setting trusts the
+/// origin to name in `Vary` every field that shapes a response.
+pub fn keyed_fields(forwarded: &[HeaderName], unkeyed: &[HeaderName]) -> Vec<HeaderName> {
+    if forwarded.iter().any(|n| n.as_str() == "*") {
+        return Vec::new();
+    }
+    let mut keyed: Vec<HeaderName> = forwarded
+        .iter()
+        .filter(|n| !unkeyed.contains(n) && !CACHE_GOVERNED.contains(n) && *n != header::HOST)
+        .cloned()
+        .collect();
+    keyed.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    keyed.dedup();
+    keyed
+}
+
+/// The key of a request whose forwarded fields include keyed ones: `primary`, then each keyed
+/// field the request carries, as a Vary variant's key has it (`\nname:value`). A request that
+/// carries none keeps the primary key, so keys (and object ids) stay the URL's unless a keyed
+/// field is sent. `None` when nothing is appended.
+pub fn keyed_key(primary: &str, keyed: &[HeaderName], request: &HeaderMap) -> Option<String> {
+    let present: Vec<HeaderName> = keyed
+        .iter()
+        .filter(|n| request.contains_key(*n))
+        .cloned()
+        .collect();
+    (!present.is_empty()).then(|| variant_key(primary, &present, request))
+}
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1), removed in both directions, plus any field the
 /// `Connection` header names.

@@ -50,7 +50,7 @@ use crate::clock::Clock;
 use crate::config::ValidConfig;
 use crate::disk::DiskTier;
 use crate::hash::KeyHash;
-use crate::http_cache::{request_plan, variant_key, NoStore, RequestPlan, StoreRules};
+use crate::http_cache::{request_plan, variant_key, Credentials, NoStore, RequestPlan, StoreRules};
 use crate::lab::{Lab, RecordOptions, Recorder, Shadows, Sighting};
 use crate::metrics::Metrics;
 use crate::origin::Origins;
@@ -114,8 +114,9 @@ struct Exchange {
     leader: Option<Leader>,
     /// The request's headers as the origin received them (for a stored variant's key).
     request_headers: HeaderMap,
-    /// The request carried `Authorization`.
-    authorized: bool,
+    /// The credentials the request sent to the origin carried: whether what comes back may be
+    /// shared (RFC 9111 §3.5, the cookie rule).
+    credentials: Credentials,
     /// The origin was asked with HEAD (no body will come).
     upstream_head: bool,
     /// The client asked with HEAD (it gets no body).
@@ -233,7 +234,15 @@ pub struct Proxy {
     lab_basis: LabBasis,
     /// The flash tier, if `[cache.disk]` has a directory.
     disk: Option<Arc<DiskPart>>,
+    /// The URLs (object ids of primary keys) that may have entries keyed on forwarded fields
+    /// (`URL\nfield:value`): a purge or an invalidation of such a URL looks for them all; any
+    /// other URL is removed by its key alone, with no scan.
+    keyed_urls: crate::bloom::Bloom,
 }
+
+/// URLs with keyed entries remembered before purges of URLs fall back to scanning the store:
+/// about 1.2 MB of filter at a 1 % false-positive rate (a false positive costs one scan).
+const KEYED_URLS: u64 = 1 << 20;
 
 /// The flash tier as the proxy uses it: the store, its own admission policy, and the time of
 /// the last purge it cannot apply object by object.
@@ -289,6 +298,8 @@ pub(crate) struct Live {
     origins: Origins,
     rules: StoreRules,
     forwarded: Vec<HeaderName>,
+    /// The forwarded fields that are part of the key ([`crate::http_cache::keyed_fields`]).
+    keyed: Vec<HeaderName>,
     check_rules: Rules,
     /// The same for requests that came over TLS (keys and Hosts in `https`).
     check_rules_tls: Rules,
@@ -309,6 +320,10 @@ impl Live {
             origins: Origins::new(config)?,
             rules: config.store_rules(),
             forwarded: config.cache.forwarded_request_headers.clone(),
+            keyed: crate::http_cache::keyed_fields(
+                &config.cache.forwarded_request_headers,
+                &config.cache.forwarded_unkeyed_headers,
+            ),
             check_rules: Rules {
                 scheme: "http",
                 default_port: 80,
@@ -585,6 +600,8 @@ impl Proxy {
             lab_config: config.lab.clone(),
             lab_basis: lab_basis(config),
             disk,
+            keyed_urls: crate::bloom::Bloom::with_rate(KEYED_URLS, 0.01)
+                .map_err(crate::admission::PolicyError::from)?,
         })
     }
 
@@ -846,13 +863,14 @@ impl Proxy {
         } else {
             &live.check_rules
         };
-        let target = match check::check(&parts, body.is_end_stream(), rules, &live.origins) {
+        let mut target = match check::check(&parts, body.is_end_stream(), rules, &live.origins) {
             Ok(t) => t,
             Err(refusal) => return Begun::Answered(self.refuse(refusal)),
         };
         // Hop-by-hop fields never reach the origin: gone before the key and any Vary variant is
         // made from these headers.
         crate::http_cache::strip_hop_by_hop(&mut parts.headers);
+        self.key_forwarded_fields(&mut target, &parts, live);
         // 2. plan
         let plan = request_plan(&parts.method, &parts.headers, live.bypass_cookies);
         let next = match plan {
@@ -1039,6 +1057,25 @@ impl Proxy {
         }
     }
 
+    /// A GET or HEAD that carries a forwarded field the key includes is its own entry: the
+    /// origin may shape its response by that field (CloudFront's cache-key model).
+    fn key_forwarded_fields(&self, target: &mut Target, parts: &Parts, live: &Live) {
+        if live.keyed.is_empty() || !(parts.method == Method::GET || parts.method == Method::HEAD) {
+            return;
+        }
+        if let Some(key) = crate::http_cache::keyed_key(&target.key, &live.keyed, &parts.headers) {
+            self.keyed_urls.insert(KeyHash::of_u64(target.id));
+            target.id = crate::hash::object_id(key.as_bytes());
+            target.key = key;
+        }
+    }
+
+    /// Whether entries keyed on forwarded fields may exist under the primary key `primary`.
+    fn may_have_keyed_entries(&self, primary: &str) -> bool {
+        self.keyed_urls
+            .contains(KeyHash::of_u64(crate::hash::object_id(primary.as_bytes())))
+    }
+
     fn refuse(&self, refusal: Refusal) -> Answer {
         self.metrics.refused();
         Answer {
@@ -1155,7 +1192,7 @@ impl Proxy {
             revalidate::strip_client_conditionals(&mut parts.headers);
         }
         let head_request = parts.method == Method::HEAD;
-        let authorized = parts.headers.contains_key(header::AUTHORIZATION);
+        let credentials = Credentials::of(&parts.headers);
         // 5. fetch
         let lean = match live.origins.lean_pool() {
             // GET and HEAD come without a body (`check` refuses one): the lean exchange writes
@@ -1226,7 +1263,7 @@ impl Proxy {
             intent,
             leader,
             request_headers: request_headers.unwrap_or_default(),
-            authorized,
+            credentials,
             upstream_head: head_request,
             client_head: head_request,
             sight: !matches!(intent, Intent::Bypass(_)),
@@ -1256,7 +1293,7 @@ impl Proxy {
         let mut c = classify(
             x.intent,
             head,
-            x.authorized,
+            x.credentials,
             &live.rules,
             live.limits.max_object,
             SystemTime::now(),

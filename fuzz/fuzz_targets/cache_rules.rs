@@ -21,8 +21,12 @@ fuzz_target!(|data: &[u8]| {
     let _ = http_cache::CacheControl::parse(&headers);
     for status in [200u16, 404, 500] {
         let s = StatusCode::from_u16(status).unwrap();
-        for auth in [false, true] {
-            if let Ok(f) = http_cache::storability(s, &headers, auth, &StoreRules::default(), now) {
+        for (authorization, cookie) in [(false, false), (true, false), (false, true)] {
+            let who = http_cache::Credentials {
+                authorization,
+                cookie,
+            };
+            if let Ok(f) = http_cache::storability(s, &headers, who, &StoreRules::default(), now) {
                 // Stored stale only when it can be revalidated.
                 assert!(!f.remaining().is_zero() || http_cache::has_validator(&headers));
             }

@@ -37,6 +37,37 @@ pub struct StoreRules {
     /// How long a stale response may answer when the origin fails, if the response does not
     /// say (`stale-if-error`); zero: only when it says.
     pub stale_if_error: Duration,
+    /// Whether a response fetched for a request with `Cookie` is shared like any other (RFC 9111
+    /// alone). `false` (the default) follows Varnish's builtin rule: it is stored for others only
+    /// when it says `public` or `s-maxage`, so a personal page with heuristic freshness (web
+    /// cache deception: `/account/x.css` with a session cookie) is never served to anyone else.
+    pub share_cookie_requests: bool,
+}
+
+/// The credentials a request sent to the origin carried: what decides whether its response may
+/// be shared (RFC 9111 §3.5 for `Authorization`; `Cookie` by [`StoreRules::share_cookie_requests`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// `Authorization` was sent.
+    pub authorization: bool,
+    /// `Cookie` was sent.
+    pub cookie: bool,
+}
+
+impl Credentials {
+    /// No credentials: a request made on behalf of the cache, or an anonymous client's.
+    pub const NONE: Credentials = Credentials {
+        authorization: false,
+        cookie: false,
+    };
+
+    /// The credentials in `headers` (the fields the origin receives).
+    pub fn of(headers: &HeaderMap) -> Self {
+        Credentials {
+            authorization: headers.contains_key(header::AUTHORIZATION),
+            cookie: headers.contains_key(header::COOKIE),
+        }
+    }
 }
 
 impl Default for StoreRules {
@@ -51,6 +82,7 @@ impl Default for StoreRules {
                 HeaderName::from_static("surrogate-control"),
             ],
             stale_if_error: Duration::ZERO,
+            share_cookie_requests: false,
         }
     }
 }
@@ -302,12 +334,14 @@ impl<'a> ResponseFields<'a> {
     }
 }
 
-/// Decides whether a response may be stored and, if so, its freshness. `authorized`: the
-/// request carried `Authorization`. `now` is the wall-clock time the response arrived.
+/// Decides whether a response may be stored and, if so, its freshness. `credentials`: what the
+/// request that fetched it carried (see [`Credentials::of`]); a fetch made on behalf of a stored
+/// entry passes the credentials it actually sent. `now` is the wall-clock time the response
+/// arrived.
 pub fn storability(
     status: StatusCode,
     headers: &HeaderMap,
-    authorized: bool,
+    credentials: Credentials,
     rules: &StoreRules,
     now: SystemTime,
 ) -> Result<Freshness, NoStore> {
@@ -340,8 +374,13 @@ pub fn storability(
     }
     // §3.5: a shared cache stores a response to an authorized request only if the response
     // explicitly allows it.
-    if authorized && !(cc.public || cc.s_maxage.is_some() || cc.must_revalidate) {
+    if credentials.authorization && !(cc.public || cc.s_maxage.is_some() || cc.must_revalidate) {
         return Err(NoStore::Authorization);
+    }
+    // A cookie often carries a session the origin answers for without saying so in `Vary`:
+    // shared only when the response says it is for everyone (Varnish's builtin rule).
+    if credentials.cookie && !rules.share_cookie_requests && !(cc.public || cc.s_maxage.is_some()) {
+        return Err(NoStore::CookieRequest);
     }
     let date = date_of(fields.date);
     // §4.2.1: s-maxage, then max-age, then Expires - Date (Expires is ignored when a targeted
@@ -468,7 +507,13 @@ mod tests {
     }
 
     fn ok(hs: &[(&str, &str)]) -> Result<Freshness, NoStore> {
-        storability(StatusCode::OK, &h(hs), false, &StoreRules::default(), t(0))
+        storability(
+            StatusCode::OK,
+            &h(hs),
+            Credentials::NONE,
+            &StoreRules::default(),
+            t(0),
+        )
     }
 
     /// The fast IMF-fixdate reading agrees with `httpdate` on every input of its length.
@@ -558,7 +603,7 @@ mod tests {
             default_ttl: Some(Duration::from_secs(5)),
             ..StoreRules::default()
         };
-        let f = storability(StatusCode::OK, &h(&[]), false, &rules, t(0)).unwrap();
+        let f = storability(StatusCode::OK, &h(&[]), Credentials::NONE, &rules, t(0)).unwrap();
         assert_eq!(f.lifetime, Duration::from_secs(5));
     }
 
@@ -589,7 +634,7 @@ mod tests {
                 ("age", "20"),
                 ("date", &d0),
             ]),
-            false,
+            Credentials::NONE,
             &StoreRules::default(),
             t(30),
         )
@@ -641,7 +686,7 @@ mod tests {
         let r = storability(
             StatusCode::FOUND,
             &h(&[("date", &d0), ("last-modified", &lm)]),
-            false,
+            Credentials::NONE,
             &StoreRules::default(),
             t(0),
         );
@@ -656,7 +701,7 @@ mod tests {
             let r = storability(
                 s,
                 &h(&[("cache-control", "max-age=9")]),
-                false,
+                Credentials::NONE,
                 &StoreRules::default(),
                 t(0),
             );
@@ -665,7 +710,7 @@ mod tests {
         let r = storability(
             StatusCode::PARTIAL_CONTENT,
             &h(&[("cache-control", "max-age=9")]),
-            false,
+            Credentials::NONE,
             &StoreRules::default(),
             t(0),
         );
@@ -680,7 +725,7 @@ mod tests {
         let r = storability(
             StatusCode::from_u16(299).unwrap(),
             &h(&cc),
-            false,
+            Credentials::NONE,
             &StoreRules::default(),
             t(0),
         );
@@ -728,7 +773,7 @@ mod tests {
         let f = storability(
             StatusCode::OK,
             &h(&[("cache-control", "max-age=10")]),
-            false,
+            Credentials::NONE,
             &rules,
             t(0),
         )
@@ -765,6 +810,56 @@ mod tests {
     }
 
     #[test]
+    fn a_cookie_request_shares_only_what_says_it_is_for_everyone() {
+        let cookie = Credentials {
+            authorization: false,
+            cookie: true,
+        };
+        let both = Credentials {
+            authorization: true,
+            cookie: true,
+        };
+        let lm = httpdate::fmt_http_date(t(0) - Duration::from_secs(86_400 * 30));
+        let check = |cc: &str, who: Credentials, rules: &StoreRules| {
+            let mut hs = vec![("last-modified", lm.as_str())];
+            if !cc.is_empty() {
+                hs.push(("cache-control", cc));
+            }
+            storability(StatusCode::OK, &h(&hs), who, rules, t(0))
+        };
+        let rules = StoreRules::default();
+        // Heuristic freshness only (web cache deception): never shared.
+        assert_eq!(check("", cookie, &rules), Err(NoStore::CookieRequest));
+        assert_eq!(
+            check("max-age=60", cookie, &rules),
+            Err(NoStore::CookieRequest)
+        );
+        assert_eq!(
+            check("must-revalidate, max-age=60", cookie, &rules),
+            Err(NoStore::CookieRequest)
+        );
+        assert!(check("public", cookie, &rules).is_ok());
+        assert!(check("s-maxage=60", cookie, &rules).is_ok());
+        assert!(check("", Credentials::NONE, &rules).is_ok());
+        // With both, each rule holds: must-revalidate satisfies §3.5 but not the cookie rule.
+        assert_eq!(
+            check("must-revalidate, max-age=60", both, &rules),
+            Err(NoStore::CookieRequest)
+        );
+        assert!(check("public, max-age=60", both, &rules).is_ok());
+        let sharing = StoreRules {
+            share_cookie_requests: true,
+            ..StoreRules::default()
+        };
+        assert!(check("", cookie, &sharing).is_ok());
+        assert!(check("max-age=60", cookie, &sharing).is_ok());
+        assert_eq!(
+            check("max-age=60", both, &sharing),
+            Err(NoStore::Authorization)
+        );
+    }
+
+    #[test]
     fn what_is_never_stored() {
         let cc = |v: &str| vec![("cache-control", v.to_string())];
         let check = |hs: Vec<(&str, String)>, auth: bool| {
@@ -772,7 +867,10 @@ mod tests {
             storability(
                 StatusCode::OK,
                 &h(&pairs),
-                auth,
+                Credentials {
+                    authorization: auth,
+                    cookie: false,
+                },
                 &StoreRules::default(),
                 t(0),
             )
@@ -799,7 +897,7 @@ mod tests {
             let r = storability(
                 s,
                 &h(&[("cache-control", "max-age=9")]),
-                false,
+                Credentials::NONE,
                 &StoreRules::default(),
                 t(0),
             );

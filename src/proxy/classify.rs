@@ -3,7 +3,7 @@
 //! [`Outcome`], the `Cache-Status`, and whether (and how fresh) to store it.
 
 use super::outcome::{CacheStatus, Fwd, Outcome};
-use crate::http_cache::{storability, Freshness, NoStore, StoreRules};
+use crate::http_cache::{storability, Credentials, Freshness, NoStore, StoreRules};
 use http::{HeaderMap, StatusCode};
 use std::time::SystemTime;
 
@@ -41,18 +41,18 @@ pub struct ResponseHead<'a> {
     pub length: Option<u64>,
 }
 
-/// Classifies a response. `authorized`: the request carried `Authorization`. `max_object`: the
+/// Classifies a response. `credentials`: what the request sent to the origin carried. `max_object`: the
 /// largest body stored. `now`: when the response arrived, on the wall clock (for `Date`).
 pub fn classify(
     intent: Intent,
     response: ResponseHead<'_>,
-    authorized: bool,
+    credentials: Credentials,
     rules: &StoreRules,
     max_object: u64,
     now: SystemTime,
 ) -> Classified {
     let storable = || -> Result<Freshness, NoStore> {
-        let f = storability(response.status, response.headers, authorized, rules, now)?;
+        let f = storability(response.status, response.headers, credentials, rules, now)?;
         if response.length.is_some_and(|n| n > max_object) {
             return Err(NoStore::TooLarge);
         }
@@ -108,7 +108,7 @@ mod tests {
         classify(
             intent,
             response,
-            false,
+            Credentials::NONE,
             &StoreRules::default(),
             1000,
             SystemTime::UNIX_EPOCH,

@@ -16,7 +16,10 @@ use super::outcome::{Fwd, Outcome, Refusal};
 use super::pump::Tiers;
 use super::{hit, Answer, Exchange, Live, Proxy, PurgeError, Sight};
 use crate::body::empty;
-use crate::http_cache::{cache_key, storability, strip_hop_by_hop, updated_headers, validates};
+use crate::http_cache::{
+    cache_key, storability, strip_hop_by_hop, updated_headers, validates, vary_fields, Credentials,
+    NoStore,
+};
 use crate::origin::OriginBody;
 use http::header::{self, HeaderMap};
 use http::request::Parts;
@@ -48,6 +51,21 @@ pub fn conditional_headers(request: &HeaderMap, stored: &HeaderMap) -> HeaderMap
     }
     if let Some(lm) = stored.get(header::LAST_MODIFIED) {
         h.insert(header::IF_MODIFIED_SINCE, lm.clone());
+    }
+    h
+}
+
+/// The request fields a fetch made on behalf of a stored entry sends (a background refresh):
+/// the triggering client's, less its credentials (`Authorization`, `Cookie`), since the answer
+/// is for everyone. A credential the stored response varies on stays: that variant is keyed on
+/// its value and serves only clients that send the same.
+pub fn on_behalf_of_entry(request: &HeaderMap, stored: &HeaderMap) -> HeaderMap {
+    let mut h = request.clone();
+    let varies = vary_fields(stored);
+    for name in [header::AUTHORIZATION, header::COOKIE] {
+        if !varies.contains(&name) {
+            h.remove(name);
+        }
     }
     h
 }
@@ -149,8 +167,12 @@ impl Proxy {
             let (mut rparts, _) = response.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
             if validates(&stored.headers.to_map(), &rparts.headers) {
-                let refreshed = self.refresh(key, &stored, &rparts.headers, live);
-                if let Some(leader) = leader {
+                let credentials = Credentials::of(&parts.headers);
+                let (refreshed, shared) =
+                    self.refresh(key, &stored, &rparts.headers, credentials, live);
+                // Waiters get the refreshed object only if it was stored for everyone; else the
+                // leader is dropped and each fetches for itself.
+                if let Some(leader) = leader.filter(|_| shared) {
                     leader.complete(Arc::new(Fetched {
                         object: Arc::clone(&refreshed),
                         primary: target.key.clone(),
@@ -221,7 +243,7 @@ impl Proxy {
             intent: Intent::Admitted,
             leader,
             request_headers: parts.headers.clone(),
-            authorized: parts.headers.contains_key(header::AUTHORIZATION),
+            credentials: Credentials::of(&parts.headers),
             upstream_head: false,
             client_head: parts.method == Method::HEAD,
             sight: true,
@@ -234,21 +256,27 @@ impl Proxy {
     }
 
     /// Refreshes a stored object from a 304 (RFC 9111 §4.3.4): its headers updated, its
-    /// freshness computed again from them, the same body. If the updated headers no longer
-    /// allow storing it, it is dropped from the store and answers only this request.
+    /// freshness computed again from them, the same body; the second value says whether the
+    /// refreshed object was stored (for everyone). `credentials`: what the conditional request
+    /// carried: a 304 fetched with them may carry fields meant for that client alone, so it
+    /// updates the stored object only if the updated headers may be shared under RFC 9111 §3.5
+    /// and the cookie rule; otherwise the stored object stays as it was and the refreshed copy
+    /// answers only this request. If the updated headers no longer allow storing it at all, it
+    /// is dropped from the store and answers only this request.
     fn refresh(
         &self,
         key: &str,
         stored: &CachedObject,
         not_modified: &HeaderMap,
+        credentials: Credentials,
         live: &Live,
-    ) -> Arc<CachedObject> {
+    ) -> (Arc<CachedObject>, bool) {
         let mut headers = updated_headers(&stored.headers.to_map(), not_modified);
         let now = self.clock.now();
         let freshness = storability(
             stored.status,
             &headers,
-            false,
+            credentials,
             &live.rules,
             SystemTime::now(),
         );
@@ -267,13 +295,17 @@ impl Proxy {
                     .load()
                     .insert(key.to_string(), Entry::Object(Arc::clone(&object)));
                 self.metrics.refreshed();
-                object
+                (object, true)
             }
-            Err(_) => {
-                self.store.load().cache().invalidate(key);
+            Err(reason) => {
+                // Not shareable as updated for these credentials: the stored object is left
+                // alone (it was stored for everyone); any other reason makes it unstorable.
+                if !matches!(reason, NoStore::Authorization | NoStore::CookieRequest) {
+                    self.store.load().cache().invalidate(key);
+                }
                 let mut once = stored.expired_at(now);
                 once.headers = super::cached::StoredHeaders::new(&headers);
-                Arc::new(once)
+                (Arc::new(once), false)
             }
         }
     }
@@ -301,6 +333,10 @@ impl Proxy {
             Arc::clone(stored),
         );
         tokio::spawn(async move {
+            // On behalf of the entry, not of the client who happened to find it stale: its
+            // credentials stay out, and the answer is judged as an anonymous request's.
+            let request = on_behalf_of_entry(&request, &stored.headers.to_map());
+            let credentials = Credentials::of(&request);
             let headers = conditional_headers(&request, &stored.headers.to_map());
             let Ok(upstream) = upstream_request(
                 Method::GET,
@@ -327,12 +363,15 @@ impl Proxy {
                 let (mut rparts, _) = response.into_parts();
                 strip_hop_by_hop(&mut rparts.headers);
                 if validates(&stored.headers.to_map(), &rparts.headers) {
-                    let object = proxy.refresh(&key, &stored, &rparts.headers, &live);
-                    leader.complete(Arc::new(Fetched {
-                        object,
-                        primary: target.key.clone(),
-                        key,
-                    }));
+                    let (object, shared) =
+                        proxy.refresh(&key, &stored, &rparts.headers, credentials, &live);
+                    if shared {
+                        leader.complete(Arc::new(Fetched {
+                            object,
+                            primary: target.key.clone(),
+                            key,
+                        }));
+                    }
                 }
                 return;
             }
@@ -341,7 +380,7 @@ impl Proxy {
                 intent: Intent::Admitted,
                 leader: Some(leader),
                 request_headers: request,
-                authorized: false,
+                credentials,
                 upstream_head: false,
                 client_head: true,
                 sight: false,
@@ -394,7 +433,12 @@ impl Proxy {
 
     /// Removes the objects stored under a primary key (all its variants); returns how many.
     fn remove_url(&self, primary: &str) -> u64 {
-        self.purge_entries(primary, false, |k, _| is_key_or_variant(k, primary))
+        let exact = if self.may_have_keyed_entries(primary) {
+            ""
+        } else {
+            primary
+        };
+        self.purge_entries(exact, false, |k, _| is_key_or_variant(k, primary))
     }
 
     /// Removes (`soft`: marks stale, so the next request revalidates) the stored objects a purge
@@ -415,7 +459,12 @@ impl Proxy {
         Ok(match what {
             PurgeTarget::Url(url) => {
                 let primary = self.key_of_url(url)?;
-                self.purge_entries(&primary, soft, |k, _| is_key_or_variant(k, &primary))
+                let exact = if self.may_have_keyed_entries(&primary) {
+                    ""
+                } else {
+                    &primary
+                };
+                self.purge_entries(exact, soft, |k, _| is_key_or_variant(k, &primary))
             }
             PurgeTarget::Prefix(url) => {
                 let prefix = self.key_of_url(url)?;

@@ -47,6 +47,8 @@ struct Shared {
     responses: AtomicU64,
     /// 304s sent by `/reval/`, by path and query.
     not_modified: Mutex<HashMap<String, u64>>,
+    /// Requests to `/personal/` that carried `Authorization` or `Cookie`.
+    credentialed: AtomicU64,
 }
 
 impl TestOrigin {
@@ -74,6 +76,11 @@ impl TestOrigin {
             .get(path)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Requests to `/personal/` that carried `Authorization` or `Cookie`.
+    pub fn credentialed(&self) -> u64 {
+        self.shared.credentialed.load(Ordering::Relaxed)
     }
 
     /// Stops the origin: its port refuses connections and every open connection is closed.
@@ -251,6 +258,67 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
                 return b.status(StatusCode::NOT_MODIFIED).body(full("")).unwrap();
             }
             b.body(full(body))
+        }
+        // Answers for whoever asks, as a site behind a login does: `for=WHO` in the body and in
+        // `x-for`, WHO being the request's `Authorization`, else its `Cookie`, else
+        // `anonymous`. ETag `"WHO"` (`same_etag=1`: `"v1"` for all, so a revalidation by anyone
+        // gets a 304, which carries its `x-for`). The query sets cc= Cache-Control (none:
+        // heuristic freshness from a Last-Modified a year old) and slow=MS.
+        "personal" => {
+            if let Some(ms) = param(&req, "slow").and_then(|v| v.parse().ok()) {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            let h = req.headers();
+            let who = h
+                .get("authorization")
+                .or_else(|| h.get("cookie"))
+                .map_or("anonymous".to_string(), |v| {
+                    v.as_bytes().escape_ascii().to_string()
+                });
+            if who != "anonymous" {
+                shared.credentialed.fetch_add(1, Ordering::Relaxed);
+            }
+            let etag = if param(&req, "same_etag").is_some() {
+                "\"v1\"".to_string()
+            } else {
+                format!("\"{who}\"")
+            };
+            let mut b = Response::builder()
+                .header("etag", etag.as_str())
+                .header("x-for", who.as_str())
+                .header("last-modified", "Wed, 01 Jan 2025 00:00:00 GMT")
+                .header(
+                    "date",
+                    httpdate::fmt_http_date(std::time::SystemTime::now()),
+                );
+            if let Some(v) = param(&req, "cc") {
+                b = b.header("cache-control", v);
+            }
+            if h.get("if-none-match")
+                .is_some_and(|v| v.as_bytes() == etag.as_bytes())
+            {
+                return b.status(StatusCode::NOT_MODIFIED).body(full("")).unwrap();
+            }
+            b.body(full(format!("for={who}")))
+        }
+        // Reflects what origins commonly reflect, without `Vary`: `Origin` into
+        // `Access-Control-Allow-Origin`, and `User-Agent`, `Referer`, `Accept-Language` into the
+        // body (`-` for a field not received). Cacheable for a minute.
+        "reflect" => {
+            let h = req.headers();
+            let field = |name: &str| {
+                h.get(name)
+                    .map_or("-".to_string(), |v| v.as_bytes().escape_ascii().to_string())
+            };
+            let body = format!(
+                "ua={} referer={} lang={}",
+                field("user-agent"),
+                field("referer"),
+                field("accept-language")
+            );
+            cc(b, "max-age=60")
+                .header("access-control-allow-origin", field("origin"))
+                .body(full(body))
         }
         // 204 No Content, cacheable.
         "nocontent" => {
