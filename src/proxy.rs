@@ -38,6 +38,7 @@ pub mod check;
 pub mod classify;
 pub mod coalesce;
 pub mod fetch;
+pub mod growing;
 pub mod hit;
 pub mod outcome;
 mod pump;
@@ -61,7 +62,7 @@ use authority::AuthorityError;
 use cached::{CachedObject, Entry, FreshFor};
 use check::{Rules, Target};
 use classify::{classify, Classified, Intent, ResponseHead};
-use coalesce::{Inflight, Leader, Role};
+use coalesce::{Inflight, Joined, Leader, Role, Streaming};
 use fetch::{content_length, response_head, upstream_request, FetchError, Upload};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
@@ -1036,15 +1037,30 @@ impl Proxy {
                 .await
             }
             Admit::Follow(follower) => {
-                let fetched = follower
-                    .wait(live.timeouts.coalesce_wait, &parts.headers)
-                    .await;
+                // A plain GET or HEAD streams the leader's body as it arrives; one with
+                // conditions is answered from the stored object.
+                let wait = live.timeouts.coalesce_wait;
+                let joined = if revalidate::is_plain(&parts.headers) {
+                    follower.join(wait, &parts.headers).await
+                } else {
+                    follower
+                        .wait(wait, &parts.headers)
+                        .await
+                        .map(Joined::Stored)
+                };
                 // As at lookup: an object not marked for credentials never answers a request
                 // that carries them.
                 let authorized = parts.headers.contains_key(header::AUTHORIZATION);
-                if let Some(f) = fetched.filter(|f| f.object.auth_ok || !authorized) {
-                    self.metrics.coalesced();
-                    return self.hit(&f.object, &parts, Some("collapsed"));
+                match joined {
+                    Some(Joined::Stored(f)) if f.object.auth_ok || !authorized => {
+                        self.metrics.coalesced();
+                        return self.hit(&f.object, &parts, Some("collapsed"));
+                    }
+                    Some(Joined::Streaming(s)) if s.head.auth_ok || !authorized => {
+                        self.metrics.coalesced();
+                        return self.stream_follower(&s, &parts);
+                    }
+                    _ => {}
                 }
                 // The leader failed, was too slow, or fetched another variant: fetch ourselves.
                 let storing = Storing {
@@ -1108,6 +1124,33 @@ impl Proxy {
             Some(Entry::Variants(_)) | None => Found::Miss,
         };
         Lookup { found, key }
+    }
+
+    /// A follower's answer from the leader's body while it arrives: the stored response's head,
+    /// and the body from its first byte, at this client's pace.
+    fn stream_follower(&self, s: &Streaming, parts: &Parts) -> Answer {
+        let now = self.clock.now();
+        let mut status = CacheStatus::hit(s.head.ttl(now));
+        status.detail = Some("collapsed");
+        let mut headers = s.head.headers.to_map();
+        headers.insert(header::AGE, HeaderValue::from(s.head.age(now).as_secs()));
+        let body = if parts.method == Method::HEAD {
+            empty()
+        } else {
+            http_body_util::BodyExt::boxed(s.body.reader())
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = s.head.status;
+        *response.headers_mut() = headers;
+        Answer {
+            response,
+            outcome: Outcome::Hit,
+            status,
+            sight: Sight::Now {
+                size: s.body.expected(),
+                storable: true,
+            },
+        }
     }
 
     fn hit(&self, obj: &CachedObject, parts: &Parts, detail: Option<&'static str>) -> Answer {

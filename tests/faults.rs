@@ -132,8 +132,16 @@ async fn waiters_get_an_answer_when_the_leading_fetch_fails() {
                 "{path}: every answer is the origin's failure, never a stored object"
             );
         }
-        // The leader's failure released the waiters, who fetched for themselves.
-        assert_eq!(o.count(path), 7, "{path}");
+        let n = o.count(path);
+        if read_ahead {
+            // The leader's failure released the waiters, who fetched for themselves.
+            assert_eq!(n, 7, "{path}");
+        } else {
+            // A streamed body being stored is streamed to the waiters as it arrives: those that
+            // joined it share its failure (a cut body, as the leader's client); any that came
+            // after it failed fetched for themselves.
+            assert!((2..=7).contains(&n), "{path}: {n}");
+        }
     }
     assert_eq!(p.proxy.metrics().stores(), 0);
     p.shutdown().await;

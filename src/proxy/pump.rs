@@ -12,6 +12,12 @@
 //! A client that goes away does not cancel the store of an object others wait for; a body that
 //! stalls, breaks off or has the wrong length is never stored.
 //!
+//! A body of known length that is being stored, and whose length the store budget can reserve
+//! at once, is not paced by any client: the pump reads it at the origin's pace into a
+//! [`Growing`] body that the client and every coalesced follower read at their own pace (so one
+//! client that stops reading holds nobody else up). Its memory is the body itself, once, within
+//! `max_object_size` and the store budget.
+//!
 //! A body announced at no more than [`READ_AHEAD`] bytes skips the task: it is read whole in the
 //! request's own task (within `first_byte` per frame, as the pump would) and answered as one
 //! buffer. The profile of the miss path showed the task's cost was not its work but its
@@ -23,7 +29,8 @@
 //! store.
 
 use super::cached::{CachedObject, Entry};
-use super::coalesce::{Fetched, Leader};
+use super::coalesce::{Fetched, Leader, Streaming};
+use super::growing::Growing;
 use super::{Live, Proxy};
 use crate::body::{channel, BoxError, ProxyBody};
 use crate::http_cache::{variant_key, vary_fields, Freshness};
@@ -181,6 +188,20 @@ impl Proxy {
         sight: Option<(u64, bool)>,
         live: &Arc<Live>,
     ) -> ProxyBody {
+        // Stored with a known length that the budget can reserve now: not paced by the client.
+        let job = match (job, expected) {
+            (Some(job), Some(n)) if n <= live.limits.max_object => {
+                match u32::try_from(n).ok().and_then(|n| {
+                    Arc::clone(&live.store_budget)
+                        .try_acquire_many_owned(n)
+                        .ok()
+                }) {
+                    Some(permit) => return self.pump_shared(body, n, job, permit, live),
+                    None => Some(job),
+                }
+            }
+            (job, _) => job,
+        };
         let (tx, client_body) = channel(CHANNEL_FRAMES, expected, Some(live.limits.stream_buffer));
         let proxy = Arc::clone(self);
         let live = Arc::clone(live);
@@ -256,6 +277,91 @@ impl Proxy {
         client_body.boxed()
     }
 
+    /// [`Proxy::pump`] for a body of `n` bytes being stored, `n` reserved from the store budget:
+    /// read at the origin's pace into a [`Growing`] body; the client's body and the leader's
+    /// followers read from it.
+    fn pump_shared(
+        self: &Arc<Self>,
+        mut body: OriginBody,
+        n: u64,
+        job: StoreJob,
+        permit: OwnedSemaphorePermit,
+        live: &Arc<Live>,
+    ) -> ProxyBody {
+        let growing = Growing::new(n);
+        if let Some(leader) = job.leader.as_ref() {
+            let head = self.head_object(&job, n, live);
+            leader.streaming(Arc::new(Streaming {
+                head,
+                primary: job.primary.clone(),
+                key: stored_key(&job),
+                body: Arc::clone(&growing),
+            }));
+        }
+        let client_body = growing.reader();
+        let proxy = Arc::clone(self);
+        let live = Arc::clone(live);
+        tokio::spawn(async move {
+            let mut received = 0u64;
+            let failure = loop {
+                match tokio::time::timeout(live.timeouts.first_byte, body.frame()).await {
+                    Ok(None) if received == n => break None,
+                    Ok(None) => break Some("origin body came short"),
+                    Ok(Some(Ok(frame))) => {
+                        if let Ok(data) = frame.into_data() {
+                            received += data.len() as u64;
+                            if received > n {
+                                break Some("origin body longer than announced");
+                            }
+                            growing.push(data);
+                        }
+                    }
+                    Ok(Some(Err(e))) => {
+                        tracing::warn!(error = %e, "origin body broke off");
+                        break Some("origin body broke off");
+                    }
+                    Err(_) => {
+                        tracing::warn!("origin body stalled");
+                        break Some("origin body stalled");
+                    }
+                }
+            };
+            proxy.metrics.origin_bytes(received);
+            match failure {
+                None => {
+                    let whole = growing.assemble();
+                    growing.finish(whole.clone());
+                    proxy.store_object(job, whole, &live);
+                }
+                Some(why) => {
+                    proxy.metrics.origin_error(OriginError::Body);
+                    growing.fail(why);
+                    proxy.metrics.store_aborted();
+                }
+            }
+            drop(permit);
+        });
+        client_body.boxed()
+    }
+
+    /// The object `job` will store, without its body (`n` bytes): what a follower streaming
+    /// it is answered with.
+    fn head_object(&self, job: &StoreJob, n: u64, live: &Live) -> Arc<CachedObject> {
+        let mut headers = job.headers.clone();
+        headers.remove(header::AGE);
+        if job.status != StatusCode::NO_CONTENT {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        Arc::new(CachedObject::new(
+            job.status,
+            headers,
+            Bytes::new(),
+            self.clock.now(),
+            &job.freshness,
+            live.stale_keep,
+        ))
+    }
+
     /// The body of `expected` (at most [`READ_AHEAD`]) bytes, read whole here instead of by a
     /// pump task, and stored for a store job. `None` when it broke off, stalled or came short:
     /// nothing of the response has gone out yet, so the caller answers 502 rather than a
@@ -318,15 +424,12 @@ impl Proxy {
     fn store_object(&self, job: StoreJob, body: Bytes, live: &Live) {
         let now = self.clock.now();
         let fields = vary_fields(&job.headers);
-        let key = if fields.is_empty() {
-            job.primary.clone()
-        } else {
-            let key = variant_key(&job.primary, &fields, &job.request_headers);
+        let key = stored_key(&job);
+        if !fields.is_empty() {
             self.store
                 .load()
                 .insert(job.primary.clone(), Entry::Variants(Arc::from(fields)));
-            key
-        };
+        }
         // Copied into the object's own buffer, never kept as slices of the read buffer.
         let mut headers = job.headers;
         headers.remove(header::AGE);
@@ -371,5 +474,15 @@ impl Proxy {
                 key,
             }));
         }
+    }
+}
+
+/// The key `job`'s object is stored under: its primary key, or the variant its request selects.
+fn stored_key(job: &StoreJob) -> String {
+    let fields = vary_fields(&job.headers);
+    if fields.is_empty() {
+        job.primary.clone()
+    } else {
+        variant_key(&job.primary, &fields, &job.request_headers)
     }
 }

@@ -70,6 +70,11 @@ pub fn on_behalf_of_entry(request: &HeaderMap, stored: &HeaderMap) -> HeaderMap 
     h
 }
 
+/// Whether a request is neither conditional nor partial: answered with the whole response.
+pub fn is_plain(headers: &HeaderMap) -> bool {
+    !CLIENT_CONDITIONALS.iter().any(|n| headers.contains_key(n))
+}
+
 /// Removes the fields that make a request conditional or partial.
 pub fn strip_client_conditionals(headers: &mut HeaderMap) {
     for name in CLIENT_CONDITIONALS {
