@@ -280,7 +280,7 @@ fn if_range(condition: &HeaderValue, stored: &Validators) -> bool {
     let v = trim(condition.as_bytes());
     if v.starts_with(b"\"") || v.starts_with(b"W/") {
         let given = match entity_tag(v) {
-            Some((tag, rest)) if rest.is_empty() => tag,
+            Some((tag, [])) => tag,
             _ => return false,
         };
         return stored_tag(stored.etag.as_ref()).is_some_and(|s| s.strong_eq(&given));
