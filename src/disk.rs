@@ -17,6 +17,7 @@
 //! The on-disk value is our own versioned encoding of a [`CachedObject`] ([`FORMAT`]); a value of
 //! another version, or one that does not decode, is a miss.
 
+mod purges;
 mod taps;
 
 use crate::config::DiskConfig;
@@ -167,6 +168,8 @@ pub struct DiskTier {
     tapped: Arc<taps::Tapped>,
     /// Held while the purge mark's file is written.
     purge_file: Mutex<()>,
+    /// Purges by URL, which reach every variant ([`DiskTier::purge_url`]).
+    url_purges: Mutex<purges::UrlPurges>,
     read_latency: Mutex<hdrhistogram::Histogram<u64>>,
     dir: PathBuf,
 }
@@ -250,6 +253,7 @@ impl DiskTier {
             blocks,
             block_size: settings.block_size,
             purge_file: Mutex::new(()),
+            url_purges: Mutex::new(purges::UrlPurges::new(purges::KEPT)),
             tapped,
             read_latency: Mutex::new(crate::metrics::latency_histogram()),
             dir: path,
@@ -326,8 +330,13 @@ impl DiskTier {
 
     /// The purge mark a previous run left (nanoseconds on the proxy's clock, 0 if none):
     /// objects stored before it are not to be served. A mark that does not read hides
-    /// everything stored before `now` (logged): a purged object is never served again.
+    /// everything stored before `now` (logged): a purged object is never served again. Also
+    /// loads the URL purges the previous run left ([`DiskTier::purge_url`]), with the same rule.
     pub fn purge_mark(&self, now: Duration) -> u64 {
+        self.url_purges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .load(&self.dir, nanos(now));
         let path = self.dir.join(PURGE_MARK);
         let unreadable = |why: &dyn std::fmt::Display| {
             tracing::warn!(path = %path.display(), error = %why, "an unreadable purge mark: everything on disk stored before now is treated as purged");
@@ -365,6 +374,33 @@ impl DiskTier {
     /// Forgets `key` (a purge).
     pub fn remove(&self, key: &str) {
         self.cache.remove(key);
+    }
+
+    /// Purges the URL whose primary key is `primary` at `now` (the proxy's clock), every
+    /// variant of it: the object under the primary key is removed, and every object stored
+    /// under it or one of its variant keys before `now` stops being served
+    /// ([`DiskTier::url_purged`]), in this run and the next (see `disk/purges.rs` for why a
+    /// mark and not a removal, and its bounds).
+    pub fn purge_url(&self, primary: &str, now: Duration) {
+        self.cache.remove(primary);
+        self.url_purges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .purge(
+                &self.dir,
+                crate::hash::object_id(primary.as_bytes()),
+                nanos(now),
+            );
+    }
+
+    /// Whether the object stored at `stored_at` under `key` (a primary key, or a variant key:
+    /// the primary key, `\n`, the selecting values) was purged by URL since.
+    pub fn url_purged(&self, key: &str, stored_at: Duration) -> bool {
+        let primary = key.split_once('\n').map_or(key, |(p, _)| p);
+        self.url_purges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .purged(crate::hash::object_id(primary.as_bytes()), nanos(stored_at))
     }
 
     /// Writes out what is queued and stops the tier's tasks.

@@ -6,15 +6,19 @@
 //! - `freshness`: storability, freshness lifetime (explicit, heuristic, default), age, dates,
 //!   the stale permissions, and updating a stored response from a 304.
 //! - `vary`: Vary fields and normalised variant keys.
+//! - `conditional`: preconditions and ranges answered from a stored response (RFC 9110
+//!   §13.2.2's order: 412, 304, 206 or the whole response).
 //! - `range`: single byte ranges.
-//! - here: the request plan, the cache key, conditional requests, hop-by-hop and unkeyed
+//! - here: the request plan, the cache key, hop-by-hop and unkeyed
 //!   header removal.
 
+mod conditional;
 mod directives;
 mod freshness;
 mod range;
 mod vary;
 
+pub use conditional::{conditional_answer, is_conditional, not_modified, Conditional, Validators};
 pub use directives::{CacheControl, DELTA_SECONDS_MAX};
 pub use freshness::{
     age_field, has_validator, parse_date, storability, updated_headers, usable_with_authorization,
@@ -23,7 +27,7 @@ pub use freshness::{
 pub use range::{parse_range, range_answer, RangeAnswer, RangeRequest};
 pub use vary::{variant_key, vary_fields};
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 use http::Method;
 
 /// Why a request or response is not cached; feeds `Cache-Status` details and logs.
@@ -147,33 +151,6 @@ pub fn cache_key(scheme: &str, authority: &str, path_and_query: &str) -> String 
     key[from..].make_ascii_lowercase();
     key.push_str(path_and_query);
     key
-}
-
-/// Whether a conditional request is answered by the stored response with 304 (RFC 9110
-/// §13.1): `If-None-Match` (weak comparison) takes precedence over `If-Modified-Since`.
-pub fn not_modified(
-    request: &HeaderMap,
-    etag: Option<&HeaderValue>,
-    last_modified: Option<&HeaderValue>,
-) -> bool {
-    if let Some(inm) = request.get(header::IF_NONE_MATCH) {
-        let Ok(inm) = inm.to_str() else { return false };
-        let Some(etag) = etag.and_then(|e| e.to_str().ok()) else {
-            return false;
-        };
-        let weak = |t: &str| t.trim().trim_start_matches("W/").to_string();
-        return inm
-            .split(',')
-            .any(|t| t.trim() == "*" || weak(t) == weak(etag));
-    }
-    let ims = request
-        .get(header::IF_MODIFIED_SINCE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| httpdate::parse_http_date(s).ok());
-    let lm = last_modified
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| httpdate::parse_http_date(s).ok());
-    matches!((ims, lm), (Some(ims), Some(lm)) if lm <= ims)
 }
 
 /// Request headers that some origins honour to rewrite the URL, host, port, scheme or method
@@ -394,6 +371,7 @@ pub(crate) mod test_headers {
 mod tests {
     use super::test_headers::h;
     use super::*;
+    use http::HeaderValue;
     use std::time::{Duration, SystemTime};
 
     fn t(secs: u64) -> SystemTime {

@@ -268,11 +268,14 @@ impl DiskPart {
         }
     }
 
-    fn purged(&self, obj: &CachedObject) -> bool {
+    /// Whether `obj`, read from disk under `key`, was purged since it was stored: by a purge
+    /// of everything stored before a time, or of its URL (any variant of it).
+    fn purged(&self, key: &str, obj: &CachedObject) -> bool {
         let before = self
             .purged_before
             .load(std::sync::atomic::Ordering::Relaxed);
         u64::try_from(obj.stored_at.as_nanos()).unwrap_or(u64::MAX) < before
+            || self.tier.url_purged(key, obj.stored_at)
     }
 }
 
@@ -1197,7 +1200,7 @@ impl Proxy {
         let d = self.disk.as_ref()?;
         let obj = d.tier.get(key).await?;
         let now = self.clock.now();
-        if d.purged(&obj) {
+        if d.purged(key, &obj) {
             d.tier.remove(key);
             return None;
         }

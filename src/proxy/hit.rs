@@ -1,11 +1,12 @@
-//! Answering from a stored object: the whole body, a `304 Not Modified` to a conditional
-//! request it satisfies, a single byte range (206 / 416), or headers only for HEAD. A function of
-//! the object, the request and `now`.
+//! Answering from a stored object: the whole body, a `412 Precondition Failed` or a
+//! `304 Not Modified` to a conditional request, a single byte range (206 / 416) when `If-Range`
+//! allows it, or headers only for HEAD. A function of the object, the request and `now`; every
+//! answer from a stored object (fresh, stale, from disk, a coalesced follower's) comes here.
 
 use super::cached::CachedObject;
 use super::outcome::CacheStatus;
 use crate::body::{empty, full, text, ProxyBody};
-use crate::http_cache::{not_modified, range_answer, RangeAnswer};
+use crate::http_cache::{conditional_answer, is_conditional, Conditional, RangeAnswer, Validators};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode};
 use std::time::Duration;
@@ -22,25 +23,19 @@ const NOT_MODIFIED_HEADERS: [header::HeaderName; 8] = [
     header::AGE,
 ];
 
-/// Whether a conditional `request` is answered 304 by `obj`. The validators are looked up only
-/// for a conditional request (each is a search of the stored fields).
-fn is_not_modified(obj: &CachedObject, request: &HeaderMap) -> bool {
-    if !request.contains_key(header::IF_NONE_MATCH)
-        && !request.contains_key(header::IF_MODIFIED_SINCE)
-    {
-        return false;
+/// What `obj` answers to `request`'s preconditions and range (RFC 9110 §13.2.2). The
+/// validators are looked up only for a request that carries a condition or a range (each is a
+/// search of the stored fields).
+fn answer(obj: &CachedObject, method: &Method, request: &HeaderMap) -> Conditional {
+    if !is_conditional(request) {
+        return Conditional::Send(RangeAnswer::Full);
     }
-    // RFC 9111 §4.3.2: without a Last-Modified, If-Modified-Since is judged against the stored
-    // response's Date.
-    let modified = obj
-        .headers
-        .get(&header::LAST_MODIFIED)
-        .or_else(|| obj.headers.get(&header::DATE));
-    not_modified(
-        request,
-        obj.headers.get(&header::ETAG).as_ref(),
-        modified.as_ref(),
-    )
+    let stored = Validators {
+        etag: obj.headers.get(&header::ETAG),
+        last_modified: obj.headers.get(&header::LAST_MODIFIED),
+        date: obj.headers.get(&header::DATE),
+    };
+    conditional_answer(method, obj.status, request, &stored, obj.body.len() as u64)
 }
 
 /// The response to `method` with `request` headers from `obj` at `now`, and its Cache-Status.
@@ -52,23 +47,28 @@ pub fn serve(
 ) -> (Response<ProxyBody>, CacheStatus) {
     let status = CacheStatus::hit(obj.ttl(now));
     let age = HeaderValue::from(obj.age(now).as_secs());
-    if obj.status == StatusCode::OK && is_not_modified(obj, request) {
-        let mut r = Response::new(empty());
-        *r.status_mut() = StatusCode::NOT_MODIFIED;
-        let h = r.headers_mut();
-        for name in NOT_MODIFIED_HEADERS {
-            if let Some(v) = obj.headers.get(&name) {
-                h.insert(name, v);
-            }
+    let range = match answer(obj, method, request) {
+        Conditional::Send(range) => range,
+        // The client's condition fails on the stored representation: answered here, as the
+        // origin would answer for it (Cache-Status says it was a hit).
+        Conditional::PreconditionFailed => {
+            return (
+                text(StatusCode::PRECONDITION_FAILED, "precondition failed\n"),
+                status,
+            );
         }
-        h.insert(header::AGE, age);
-        return (r, status);
-    }
-    let len = obj.body.len() as u64;
-    let range = if obj.status == StatusCode::OK {
-        range_answer(request.get(header::RANGE), len)
-    } else {
-        RangeAnswer::Full
+        Conditional::NotModified => {
+            let mut r = Response::new(empty());
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            let h = r.headers_mut();
+            for name in NOT_MODIFIED_HEADERS {
+                if let Some(v) = obj.headers.get(&name) {
+                    h.insert(name, v);
+                }
+            }
+            h.insert(header::AGE, age);
+            return (r, status);
+        }
     };
     let mut headers = obj.headers.to_map();
     headers.insert(header::AGE, age);

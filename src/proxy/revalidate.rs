@@ -436,8 +436,12 @@ impl Proxy {
         self.metrics.invalidated(n);
     }
 
-    /// Removes the objects stored under a primary key (all its variants); returns how many.
+    /// Removes the objects stored under a primary key (all its variants, in both tiers);
+    /// returns how many memory held.
     fn remove_url(&self, primary: &str) -> u64 {
+        if let Some(d) = self.disk() {
+            d.tier.purge_url(primary, self.now());
+        }
         let exact = if self.may_have_keyed_entries(primary) {
             ""
         } else {
@@ -449,11 +453,12 @@ impl Proxy {
     /// Removes (`soft`: marks stale, so the next request revalidates) the stored objects a purge
     /// names; returns how many.
     pub fn purge_target(&self, what: &PurgeTarget, soft: bool) -> Result<u64, PurgeError> {
-        // The flash tier: a URL's object is removed from it; what a prefix or a tag names cannot
-        // be listed there, so every disk object stored before now stops being served.
+        // The flash tier: what a URL (its variants), a prefix or a tag names cannot be listed
+        // there, so a URL's objects stored before now stop being served, and for a prefix or a
+        // tag every disk object stored before now does. A soft purge is a hard one there.
         if let Some(d) = self.disk() {
             match what {
-                PurgeTarget::Url(url) => d.tier.remove(&self.key_of_url(url)?),
+                PurgeTarget::Url(url) => d.tier.purge_url(&self.key_of_url(url)?, self.now()),
                 PurgeTarget::Prefix(url) => {
                     self.key_of_url(url)?;
                     d.purge_all_before(self.now());
