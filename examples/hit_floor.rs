@@ -297,10 +297,8 @@ async fn own_loop(mut s: TcpStream, body: Bytes) {
 /// The `stack` mode: `serve_on_threads`, with the builder and limits `secondhit serve` uses
 /// by default, and a handler that answers every request with [`respond`].
 fn with_stack(port: u16, workers: usize) -> Result<(), String> {
-    use hyper_util::rt::{TokioExecutor, TokioTimer};
-    use hyper_util::server::conn::auto;
     use secondhit::config;
-    use secondhit::listener::{serve_on_threads, timer::Coarse, Limits};
+    use secondhit::listener::{http_builder, serve_on_threads, Limits};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -311,19 +309,8 @@ fn with_stack(port: u16, workers: usize) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
         // `serve`'s defaults, read from the configuration's own.
         let (timeouts, sizes) = (config::Timeouts::default(), config::Limits::default());
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(Coarse)
-            .header_read_timeout(timeouts.client_header)
-            .max_buf_size(sizes.max_header_bytes)
-            .keep_alive(true);
-        builder.http2().timer(TokioTimer::new());
-        let limits = Limits {
-            max_connections: sizes.max_connections,
-            first_byte: Some(timeouts.client_header),
-            grace: timeouts.shutdown_grace,
-        };
+        let builder = http_builder(&timeouts, &sizes);
+        let limits = Limits::from_config(&timeouts, &sizes);
         let handler = |_req: Request<Incoming>, _peer| async {
             Ok::<_, Infallible>(respond(secondhit::body::full(Bytes::from_static(&BODY))))
         };

@@ -122,6 +122,15 @@ fn de_at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     }
 }
 
+fn de_h2_streams<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(serde::de::Error::custom(
+            "must be at least 1 (0 would refuse every HTTP/2 request)",
+        )),
+        n => Ok(n),
+    }
+}
+
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     units::parse_duration(&s)
@@ -542,9 +551,29 @@ pub struct Timeouts {
     pub origin_idle: Duration,
     /// A client must send its request headers within this, counted from the connection's
     /// start and, on keep-alive connections, from the previous response (slow-loris and idle
-    /// guard); also the longest wait for each piece of a request body read ahead.
+    /// guard); also bounds the TLS handshake.
     #[serde(deserialize_with = "de_duration")]
     pub client_header: Duration,
+    /// The longest wait for each piece of a request body the proxy reads (nginx's
+    /// `client_body_timeout`, default 60 s): a client that stops sending its body mid-way gets
+    /// 400 and the origin is never sent the part it got. Measured between reads, not over the
+    /// whole body, so a slow uplink is not cut off; a body trickled faster than this is bounded
+    /// by eviction when the slots are full.
+    #[serde(deserialize_with = "de_duration")]
+    pub client_body: Duration,
+    /// A connection whose response cannot be written (the client stopped reading, or an HTTP/2
+    /// client keeps a zero flow-control window) and that made no progress in either direction
+    /// for this long is closed, with what was buffered for it (nginx's `send_timeout`, default
+    /// 60 s). Keep it above `first_byte` + `coalesce_wait`: a request waiting for its origin
+    /// is silent too.
+    #[serde(deserialize_with = "de_duration")]
+    pub client_send: Duration,
+    /// A keep-alive HTTP/1.1 or an HTTP/2 connection with no request in flight is closed after
+    /// this long without a new one (nginx's `keepalive_timeout`, default 75 s; HTTP/2 PINGs do
+    /// not count as requests). HTTP/1.1 waits between requests are also bounded by
+    /// `client_header`.
+    #[serde(deserialize_with = "de_duration")]
+    pub client_idle: Duration,
     /// How long a request waits for another request's fetch of the same object before going to
     /// the origin itself.
     #[serde(deserialize_with = "de_duration")]
@@ -561,6 +590,9 @@ impl Default for Timeouts {
             first_byte: Duration::from_secs(15),
             origin_idle: Duration::from_secs(90),
             client_header: Duration::from_secs(10),
+            client_body: Duration::from_secs(60),
+            client_send: Duration::from_secs(60),
+            client_idle: Duration::from_secs(75),
             coalesce_wait: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
         }
@@ -571,9 +603,21 @@ impl Default for Timeouts {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
-    /// Client connections served at once; more wait in the kernel's accept queue.
+    /// Client connections served at once (default 4096). When every slot is taken, a new
+    /// connection makes room by closing the idlest one (one with no request in flight first,
+    /// then the one quiet longest), so that held connections cannot lock others out; a
+    /// connection younger than a second, or making progress, is never the one closed.
     #[serde(deserialize_with = "de_at_least_one")]
     pub max_connections: usize,
+    /// Connections served at once for one client address (0, the default: no limit, as a CDN
+    /// edge sees whole networks behind one NAT address). Past it a new connection from that
+    /// address is closed at once.
+    pub max_connections_per_ip: usize,
+    /// Requests in flight at once on one HTTP/2 connection (default 128, as nginx's
+    /// `http2_max_concurrent_streams`); more are refused with `REFUSED_STREAM`. What an HTTP/2
+    /// connection can hold is this many streams' worth (see `stream_buffer_bytes`).
+    #[serde(deserialize_with = "de_h2_streams")]
+    pub max_h2_streams: u32,
     /// Request URIs longer than this get 414.
     pub max_uri_bytes: usize,
     /// Request headers larger than this (all together) get 431.
@@ -603,6 +647,8 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 4096,
+            max_connections_per_ip: 0,
+            max_h2_streams: 128,
             max_uri_bytes: 8192,
             max_header_bytes: 32 * 1024,
             max_headers: 100,
@@ -1134,6 +1180,20 @@ impl Config {
                 "cache.max_object_size",
                 format!("{max} is more than the 4 GiB an entry can weigh"),
             ));
+        }
+        let t = &self.timeouts;
+        for (field, d) in [
+            ("timeouts.client_header", t.client_header),
+            ("timeouts.client_body", t.client_body),
+            ("timeouts.client_send", t.client_send),
+            ("timeouts.client_idle", t.client_idle),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(
+                    field,
+                    "0s would close every connection at once: give a duration such as \"60s\"",
+                ));
+            }
         }
         if self.limits.store_buffer_bytes < max {
             return Err(invalid(

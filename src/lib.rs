@@ -66,9 +66,11 @@
 //! - [`origin`]: routing to configured origins only, the pooled keep-alive client, origin
 //!   failure kinds.
 //! - [`server`]: the public and admin listeners and the admin endpoints.
-//! - [`listener`]: the one accept loop (connection limit, first-byte timeout, HTTP/1.1 and h2c,
+//! - [`listener`]: the one accept loop (connection limits, first-byte timeout, HTTP/1.1 and h2c,
 //!   graceful shutdown) every server here uses, on the caller's runtime or on worker threads of
-//!   their own; [`listener::timer`], the coarse timer of hyper's per-request header timeout.
+//!   their own; [`listener::activity`], the idle and send timeouts' watchdog;
+//!   [`listener::registry`], the live connections and which makes room when all slots are
+//!   taken; [`listener::timer`], the coarse timer of hyper's per-request header timeout.
 //! - [`disk`]: the flash tier under the memory store, on foyer's block engine: our encoding of a
 //!   stored response, the write budget, recovery after a restart.
 //! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a

@@ -402,9 +402,12 @@ pub async fn start(options: OriginOptions) -> Result<RunningOrigin, OriginServer
         counters: Arc::clone(&counters),
     });
     let (stop, stopped) = watch::channel(false);
+    // A test and benchmark origin: no timeouts, no eviction worth speaking of.
     let limits = listener::Limits {
         max_connections: 16_384,
+        max_per_ip: 0,
         first_byte: None,
+        watch: listener::activity::Timeouts::default(),
         grace: Duration::from_secs(1),
     };
     let task = tokio::spawn(listener::serve(

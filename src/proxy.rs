@@ -346,7 +346,7 @@ impl Live {
             timeouts: PathTimeouts {
                 first_byte: config.timeouts.first_byte,
                 coalesce_wait: config.timeouts.coalesce_wait,
-                client_body: config.timeouts.client_header,
+                client_body: config.timeouts.client_body,
             },
             store_budget: Arc::new(Semaphore::new(
                 usize::try_from(l.store_buffer_bytes)

@@ -1,5 +1,6 @@
-//! Listeners: the public one (HTTP/1.1 keep-alive and cleartext HTTP/2, connection limit,
-//! header-read timeout, graceful shutdown) and the admin one (`/metrics`, `/healthz`, purge).
+//! Listeners: the public one (HTTP/1.1 keep-alive and cleartext HTTP/2, connection limits,
+//! header, idle and send timeouts, graceful shutdown) and the admin one (`/metrics`,
+//! `/healthz`, purge), with the same bounds.
 
 use crate::body::{text, ProxyBody};
 use crate::clock::Clock;
@@ -10,8 +11,6 @@ use crate::state;
 use crate::tls::SniCertificates;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use hyper_util::server::conn::auto;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -19,8 +18,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-/// The number of request fields hyper accepts when not told otherwise.
-const HYPER_MAX_HEADERS: usize = 100;
+/// Connections the admin listener serves at once.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -198,6 +197,22 @@ fn restart_notes(old: &ValidConfig, new: &ValidConfig) -> Vec<String> {
         "timeouts.client_header",
     );
     check(
+        old.limits.max_connections_per_ip != new.limits.max_connections_per_ip,
+        "limits.max_connections_per_ip",
+    );
+    check(
+        old.limits.max_h2_streams != new.limits.max_h2_streams,
+        "limits.max_h2_streams",
+    );
+    check(
+        old.timeouts.client_send != new.timeouts.client_send,
+        "timeouts.client_send",
+    );
+    check(
+        old.timeouts.client_idle != new.timeouts.client_idle,
+        "timeouts.client_idle",
+    );
+    check(
         old.timeouts.shutdown_grace != new.timeouts.shutdown_grace,
         "timeouts.shutdown_grace",
     );
@@ -269,26 +284,8 @@ pub async fn start_with_source(
     };
     let (stop, stopped) = watch::channel(false);
 
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        // Arms the header-read timeout of every request head without tokio's timer wheel.
-        .timer(listener::timer::Coarse)
-        .header_read_timeout(config.timeouts.client_header)
-        .max_buf_size(config.limits.max_header_bytes)
-        .keep_alive(true);
-    // hyper parses into stack arrays of its default size (100 fields) unless given a number,
-    // and then builds arrays of that size element by element for every request head (1,750
-    // instructions a request in callgrind): the default is only passed on when it differs.
-    if config.limits.max_headers != HYPER_MAX_HEADERS {
-        builder.http1().max_headers(config.limits.max_headers);
-    }
-    builder.http2().timer(TokioTimer::new());
-    let limits = listener::Limits {
-        max_connections: config.limits.max_connections,
-        first_byte: Some(config.timeouts.client_header),
-        grace: config.timeouts.shutdown_grace,
-    };
+    let builder = listener::http_builder(&config.timeouts, &config.limits);
+    let limits = listener::Limits::from_config(&config.timeouts, &config.limits);
     let secure = tls.is_some();
     let handler = |secure: bool| {
         let p = Arc::clone(&proxy);
@@ -302,21 +299,26 @@ pub async fn start_with_source(
     let mut tasks = listener::serve_on_threads(
         listeners,
         config.worker_threads(),
-        builder,
+        builder.clone(),
         limits,
         stopped.clone(),
     )
     .map_err(|source| ServeError::Bind { addr, source })?;
     let p = Arc::clone(&proxy);
+    // The admin listener gets the public one's bounds (header, idle and send timeouts, the
+    // idlest closed when all its slots are taken), so that connections that never finish a
+    // request cannot lock it, token or not; only fewer slots and no per-address limit (the
+    // operator's scripts may share one address).
     let admin_limits = listener::Limits {
-        max_connections: 64,
+        max_connections: ADMIN_MAX_CONNECTIONS,
+        max_per_ip: 0,
         ..limits
     };
     let token: Option<Arc<str>> = config.admin_token().map(Arc::from);
     let r = Arc::clone(&reloader);
     tasks.push(tokio::spawn(listener::serve(
         admin,
-        auto::Builder::new(TokioExecutor::new()),
+        builder,
         None,
         admin_limits,
         stopped,
