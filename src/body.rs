@@ -116,6 +116,48 @@ impl Sender {
     }
 }
 
+/// The bytes of response bodies one client connection has not yet taken, all its requests
+/// together: HTTP/2 multiplexes many on one connection, and a client that opens many streams
+/// and reads none must hold no more than one that opens one. The listener puts one in each
+/// request's extensions; a response body's channel draws from it ([`channel_within`]).
+#[derive(Clone, Debug)]
+pub struct ConnectionBudget {
+    sem: Arc<Semaphore>,
+    size: u32,
+}
+
+impl ConnectionBudget {
+    /// A budget of `bytes` (at least 1).
+    pub fn new(bytes: u32) -> Self {
+        let size = bytes.max(1);
+        ConnectionBudget {
+            sem: Arc::new(Semaphore::new(size as usize)),
+            size,
+        }
+    }
+
+    /// Bytes not taken by any of this connection's bodies now.
+    pub fn available(&self) -> usize {
+        self.sem.available_permits()
+    }
+}
+
+/// A channel-fed body of `len` bytes when known, holding up to `frames` frames, whose bytes not
+/// yet taken count in the connection's `budget` (shared with its other responses).
+pub fn channel_within(
+    frames: usize,
+    len: Option<u64>,
+    budget: &ConnectionBudget,
+) -> (Sender, ChannelBody) {
+    let (tx, rx) = mpsc::channel(frames.max(1));
+    let sender = Sender {
+        tx,
+        budget: Some(Arc::clone(&budget.sem)),
+        budget_size: budget.size,
+    };
+    (sender, ChannelBody { rx, len })
+}
+
 /// A channel-fed body of `len` bytes when known (sent as `Content-Length`), holding up to
 /// `frames` frames and, with `budget_bytes`, at most that many bytes not yet taken by the client.
 pub fn channel(
@@ -165,6 +207,30 @@ mod tests {
         tx.send(Frame::data(Bytes::from(vec![0u8; 100])))
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn bodies_of_one_connection_share_its_budget() {
+        let budget = ConnectionBudget::new(10);
+        let (a, mut body_a) = channel_within(64, None, &budget);
+        let (b, _body_b) = channel_within(64, None, &budget);
+        a.send(Frame::data(Bytes::from_static(b"123456")))
+            .await
+            .unwrap();
+        b.send(Frame::data(Bytes::from_static(b"abcd")))
+            .await
+            .unwrap();
+        assert_eq!(budget.available(), 0);
+        // Another stream of the connection waits for the first to be read.
+        let blocked = tokio::time::timeout(
+            Duration::from_millis(50),
+            b.send(Frame::data(Bytes::from_static(b"e"))),
+        )
+        .await;
+        assert!(blocked.is_err(), "sent beyond the connection's budget");
+        drop(body_a.frame().await);
+        assert_eq!(budget.available(), 6);
+        b.send(Frame::data(Bytes::from_static(b"e"))).await.unwrap();
     }
 
     #[tokio::test]

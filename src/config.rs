@@ -614,8 +614,9 @@ pub struct Limits {
     /// address is closed at once.
     pub max_connections_per_ip: usize,
     /// Requests in flight at once on one HTTP/2 connection (default 128, as nginx's
-    /// `http2_max_concurrent_streams`); more are refused with `REFUSED_STREAM`. What an HTTP/2
-    /// connection can hold is this many streams' worth (see `stream_buffer_bytes`).
+    /// `http2_max_concurrent_streams`); more are refused with `REFUSED_STREAM`. The bytes a
+    /// connection's responses hold are bounded for all its streams together
+    /// (`stream_buffer_bytes`).
     #[serde(deserialize_with = "de_h2_streams")]
     pub max_h2_streams: u32,
     /// Request URIs longer than this get 414.
@@ -629,8 +630,11 @@ pub struct Limits {
     /// body chunk read from an origin at once.
     #[serde(deserialize_with = "de_buffer")]
     pub max_origin_header_bytes: usize,
-    /// Bytes of a response the client has not yet taken; past it the origin is read no faster
-    /// than the client reads (so a slow reader holds at most this much).
+    /// Bytes of responses streamed from the origin that a client connection has not yet taken,
+    /// all its requests together (HTTP/2 streams share it); past it the origin is read no faster
+    /// than the client reads, so a slow reader holds at most this much however many streams it
+    /// opens. Bodies being stored are not paced by it: they are read at the origin's pace into
+    /// one buffer per object (within `store_buffer_bytes`) that every client reads.
     #[serde(deserialize_with = "de_budget")]
     pub stream_buffer_bytes: u32,
     /// Bytes of all the response bodies being stored at once; a response that would go past it

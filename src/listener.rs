@@ -93,6 +93,10 @@ pub struct Limits {
     pub watch: activity::Timeouts,
     /// On shutdown, in-flight requests get this long to finish.
     pub grace: Duration,
+    /// Bytes of response bodies a connection has not yet taken, all its requests together
+    /// (`limits.stream_buffer_bytes`): put in each request's extensions as a
+    /// [`ConnectionBudget`](crate::body::ConnectionBudget).
+    pub connection_buffer: u32,
 }
 
 impl Limits {
@@ -107,6 +111,7 @@ impl Limits {
                 send: Some(t.client_send),
             },
             grace: t.shutdown_grace,
+            connection_buffer: l.stream_buffer_bytes,
         }
     }
 
@@ -325,7 +330,9 @@ async fn serve_with_slots<H, Fut>(
             // async block around its future (each layer would be copied into the connection);
             // only the counter of requests in flight around it.
             let counted = Arc::clone(&activity);
-            let service = service_fn(move |req: Request<Incoming>| {
+            let budget = crate::body::ConnectionBudget::new(limits.connection_buffer);
+            let service = service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(budget.clone());
                 Tracked::new(handler(req, peer), counted.begin())
             });
             let io = Watched::new(stream, Arc::clone(&activity));

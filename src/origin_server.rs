@@ -409,6 +409,8 @@ pub async fn start(options: OriginOptions) -> Result<RunningOrigin, OriginServer
         first_byte: None,
         watch: listener::activity::Timeouts::default(),
         grace: Duration::from_secs(1),
+        // Its bodies are its own channels, unbudgeted.
+        connection_buffer: u32::MAX,
     };
     let task = tokio::spawn(listener::serve(
         listener,

@@ -46,7 +46,7 @@ mod revalidate;
 
 use crate::access_log::{self, AccessLog};
 use crate::admission::{Admission, Decision};
-use crate::body::{empty, ProxyBody};
+use crate::body::{empty, ConnectionBudget, ProxyBody};
 use crate::clock::Clock;
 use crate::config::ValidConfig;
 use crate::disk::DiskTier;
@@ -126,6 +126,9 @@ struct Exchange {
     sight: bool,
     /// Where a stored object goes.
     tiers: Tiers,
+    /// The client connection's budget for bytes it has not taken (none for a fetch nobody
+    /// reads, such as a background refresh).
+    budget: Option<ConnectionBudget>,
 }
 
 /// What a fetch that may be stored carries to the store.
@@ -1239,6 +1242,7 @@ impl Proxy {
         }
         let head_request = parts.method == Method::HEAD;
         let credentials = Credentials::of(&parts.headers);
+        let budget = parts.extensions.get::<ConnectionBudget>().cloned();
         // 5. fetch
         let lean = match live.origins.lean_pool() {
             // GET and HEAD come without a body (`check` refuses one): the lean exchange writes
@@ -1276,6 +1280,9 @@ impl Proxy {
                     .await
                 {
                     Ok(u) => u,
+                    Err(FetchError::ClientBodyTimeout) => {
+                        return self.refuse(Refusal::RequestBodyTimeout)
+                    }
                     Err(_) => return self.refuse(Refusal::BadRequestBody),
                 }
             };
@@ -1314,6 +1321,7 @@ impl Proxy {
             client_head: head_request,
             sight: !matches!(intent, Intent::Bypass(_)),
             tiers,
+            budget,
         };
         self.respond(response, target, exchange, live).await
     }
@@ -1397,7 +1405,7 @@ impl Proxy {
                     None => return self.fetch_failed(FetchError::Origin(OriginError::Body)),
                 }
             }
-            _ => self.pump(rbody, expected, job, sight_later, live),
+            _ => self.pump(rbody, expected, job, sight_later, x.budget.as_ref(), live),
         };
         let mut response = Response::from_parts(rparts, body);
         if x.client_head {
@@ -1452,7 +1460,7 @@ impl Proxy {
     fn count_fetch_failure(&self, e: FetchError) {
         match e {
             FetchError::Origin(kind) => self.metrics.origin_error(kind),
-            FetchError::ClientBody => self.metrics.refused(),
+            FetchError::ClientBody | FetchError::ClientBodyTimeout => self.metrics.refused(),
         }
     }
 

@@ -390,7 +390,7 @@ async fn the_origin_sees_exactly_the_host_the_key_used() {
 /// A proxy that forwards X-V (so responses can vary on it) and admits everything.
 async fn vary_proxy(o: &origin::TestOrigin) -> support::proxy::RunningProxy {
     let extra =
-        "[admission]\npolicy = \"admit-all\"\n[cache]\nforwarded_request_headers = [\"x-v\"]";
+        "[admission]\npolicy = \"admit-all\"\n[cache]\nforwarded_request_headers = [\"x-v\"]\nforwarded_unkeyed_headers = [\"x-v\"]";
     start(&o.url(), extra).await.0
 }
 
@@ -660,7 +660,7 @@ async fn futures_join_reads(streams: Vec<tokio::net::TcpStream>) -> usize {
 #[tokio::test]
 async fn vary_bookkeeping_counts_in_the_capacity() {
     let o = origin::start().await;
-    let extra = "[admission]\npolicy = \"admit-all\"\n[cache]\ncapacity = \"256KiB\"\nmax_object_size = \"64KiB\"\nforwarded_request_headers = [\"x-v\"]";
+    let extra = "[admission]\npolicy = \"admit-all\"\n[cache]\ncapacity = \"256KiB\"\nmax_object_size = \"64KiB\"\nforwarded_request_headers = [\"x-v\"]\nforwarded_unkeyed_headers = [\"x-v\"]";
     let (p, _) = start(&o.url(), extra).await;
     let c = Http::new(p.addr);
     let long = "p".repeat(2000);

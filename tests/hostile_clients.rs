@@ -282,7 +282,8 @@ async fn a_request_body_that_stops_coming_is_refused_and_never_reaches_the_origi
     let read = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out)).await;
     assert!(read.is_ok(), "answered and closed within 3 s");
     let text = String::from_utf8_lossy(&out);
-    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("detail=request-body-timeout"), "{text}");
     assert!(o.requests().is_empty(), "the origin got no part of it");
     // A body whose pieces come within the timeout of each other goes through.
     let mut s = TcpStream::connect(p.addr).await.unwrap();

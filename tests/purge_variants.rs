@@ -24,7 +24,7 @@ fn dir(name: &str) -> PathBuf {
 fn config(d: &std::path::Path) -> String {
     format!(
         "[admission]\npolicy = \"nth-hit:16\"\ndisk = \"admit-all\"\n\
-         [cache]\ncapacity = \"1MB\"\nlab_mode = true\nforwarded_request_headers = [\"x-v\"]\n\
+         [cache]\ncapacity = \"1MB\"\nlab_mode = true\nforwarded_request_headers = [\"x-v\"]\nforwarded_unkeyed_headers = [\"x-v\"]\n\
          [cache.disk]\ndir = \"{}\"\ncapacity = \"4MiB\"\nblock_size = \"1MiB\"\n",
         d.display()
     )

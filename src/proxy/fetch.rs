@@ -30,6 +30,8 @@ pub enum FetchError {
     Origin(OriginError),
     /// The client's request body was malformed or broke off (400; not the origin's fault).
     ClientBody,
+    /// The client's request body stopped coming for the body timeout (408).
+    ClientBodyTimeout,
 }
 
 impl FetchError {
@@ -40,6 +42,11 @@ impl FetchError {
                 StatusCode::BAD_REQUEST,
                 "the request body is malformed or was cut off",
                 "bad-request-body",
+            ),
+            FetchError::ClientBodyTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body stopped coming",
+                "request-body-timeout",
             ),
             FetchError::Origin(OriginError::Timeout) => (
                 StatusCode::GATEWAY_TIMEOUT,
@@ -73,7 +80,7 @@ impl FetchError {
             ),
         };
         let mut r = text(status, format!("{message}\n"));
-        if self == FetchError::ClientBody {
+        if matches!(self, FetchError::ClientBody | FetchError::ClientBodyTimeout) {
             r.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
@@ -127,7 +134,8 @@ impl Upload {
                         prefix.extend_from_slice(data);
                     }
                 }
-                Ok(Some(Err(_))) | Err(_) => return Err(FetchError::ClientBody),
+                Ok(Some(Err(_))) => return Err(FetchError::ClientBody),
+                Err(_) => return Err(FetchError::ClientBodyTimeout),
             }
         }
         let failed = Arc::new(AtomicBool::new(false));

@@ -228,6 +228,9 @@ pub enum Refusal {
     UnknownHost,
     /// The request's body broke off or was malformed (400): the client's fault, not the origin's.
     BadRequestBody,
+    /// The request's body stopped coming for `timeouts.client_body` (408, as nginx's
+    /// `client_body_timeout`).
+    RequestBodyTimeout,
     /// A request target that cannot be sent on (400).
     BadTarget,
 }
@@ -239,6 +242,7 @@ impl Refusal {
             Refusal::Connect => StatusCode::METHOD_NOT_ALLOWED,
             Refusal::UriTooLong => StatusCode::URI_TOO_LONG,
             Refusal::Scheme | Refusal::UnknownHost => StatusCode::MISDIRECTED_REQUEST,
+            Refusal::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Refusal::BodyOnGetOrHead
             | Refusal::NoHost
             | Refusal::DuplicateHost
@@ -262,6 +266,7 @@ impl Refusal {
             Refusal::BadHost(e) => e.as_str(),
             Refusal::UnknownHost => "unknown-host",
             Refusal::BadRequestBody => "bad-request-body",
+            Refusal::RequestBodyTimeout => "request-body-timeout",
             Refusal::BadTarget => "target",
         }
     }
@@ -279,6 +284,7 @@ impl Refusal {
             Refusal::BadHost(e) => format!("bad Host: {e}"),
             Refusal::UnknownHost => "this proxy does not serve that host".into(),
             Refusal::BadRequestBody => "the request body is malformed or was cut off".into(),
+            Refusal::RequestBodyTimeout => "the request body stopped coming".into(),
             Refusal::BadTarget => "bad request target".into(),
         }
     }
@@ -295,7 +301,7 @@ impl Refusal {
                     HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"),
                 );
             }
-            Refusal::BodyOnGetOrHead | Refusal::BadRequestBody => {
+            Refusal::BodyOnGetOrHead | Refusal::BadRequestBody | Refusal::RequestBodyTimeout => {
                 h.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}

@@ -32,7 +32,7 @@ use super::cached::{CachedObject, Entry};
 use super::coalesce::{Fetched, Leader, Streaming};
 use super::growing::Growing;
 use super::{Live, Proxy};
-use crate::body::{channel, BoxError, ProxyBody};
+use crate::body::{channel, channel_within, BoxError, ConnectionBudget, ProxyBody};
 use crate::http_cache::{variant_key, vary_fields, Freshness};
 use crate::origin::{OriginBody, OriginError};
 use bytes::{Bytes, BytesMut};
@@ -186,6 +186,7 @@ impl Proxy {
         expected: Option<u64>,
         job: Option<StoreJob>,
         sight: Option<(u64, bool)>,
+        budget: Option<&ConnectionBudget>,
         live: &Arc<Live>,
     ) -> ProxyBody {
         // Stored with a known length that the budget can reserve now: not paced by the client.
@@ -202,7 +203,12 @@ impl Proxy {
             }
             (job, _) => job,
         };
-        let (tx, client_body) = channel(CHANNEL_FRAMES, expected, Some(live.limits.stream_buffer));
+        // What the client has not taken counts in its connection's budget (all its streams
+        // together), or in one of this response's own.
+        let (tx, client_body) = match budget {
+            Some(b) => channel_within(CHANNEL_FRAMES, expected, b),
+            None => channel(CHANNEL_FRAMES, expected, Some(live.limits.stream_buffer)),
+        };
         let proxy = Arc::clone(self);
         let live = Arc::clone(live);
         tokio::spawn(async move {

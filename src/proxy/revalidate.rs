@@ -253,6 +253,10 @@ impl Proxy {
             client_head: parts.method == Method::HEAD,
             sight: true,
             tiers: Tiers::Memory,
+            budget: parts
+                .extensions
+                .get::<crate::body::ConnectionBudget>()
+                .cloned(),
         };
         let mut answer = self.respond(response, target, exchange, live).await;
         answer.status.fwd = Some(Fwd::Stale);
@@ -390,6 +394,7 @@ impl Proxy {
                 client_head: true,
                 sight: false,
                 tiers: Tiers::Memory,
+                budget: None,
             };
             drop(proxy.respond(response, &target, exchange, &live).await);
         });
