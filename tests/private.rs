@@ -299,3 +299,48 @@ async fn forwarded_fields_are_keyed_unless_listed_unkeyed() {
     );
     p.shutdown().await;
 }
+
+/// The flash tier takes what the rule allows and nothing else: with memory deferring and the
+/// disk admitting at once, a page fetched with a session cookie is not written to disk, and the
+/// anonymous page stored after it is served from there (and promoted) to a cookie client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flash_tier_stores_no_clients_own_page() {
+    let d = std::env::temp_dir().join(format!("secondhit-private-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let config = format!(
+        "[admission]\npolicy = \"nth-hit:16\"\ndisk = \"admit-all\"\n\
+         [cache]\ncapacity = \"1MB\"\n\
+         [cache.disk]\ndir = \"{}\"\ncapacity = \"4MiB\"\nblock_size = \"1MiB\"\n",
+        d.display()
+    );
+    let o = origin::start().await;
+    let (p, _clock) = start(&o.url(), &config).await;
+    let c = Http::new(p.addr);
+    let path = "/personal/disk/x.css";
+    let alice = Some(("cookie", "session=alice"));
+    let from_disk = |g: &Got| {
+        g.x_cache() == "HIT"
+            && g.header("cache-status")
+                .is_some_and(|s| s.contains("detail=disk"))
+    };
+    let g = get_as(&c, path, alice).await;
+    assert_eq!((g.x_cache(), who(&g).0), ("BYPASS", "for=session=alice"));
+    let g = c.get(path).await;
+    assert!(!from_disk(&g), "alice's page came back from disk");
+    assert_eq!(who(&g).0, "for=anonymous");
+    // The anonymous page went to disk (written at once); a cookie client gets it from there.
+    let mut got = None;
+    for _ in 0..100 {
+        let g = get_as(&c, path, alice).await;
+        if from_disk(&g) {
+            got = Some(g);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let g = got.expect("the anonymous page was served from disk");
+    assert_eq!(who(&g), ("for=anonymous", Some("anonymous")));
+    assert_eq!(o.count(path), 2);
+    p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&d);
+}
