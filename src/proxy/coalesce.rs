@@ -179,3 +179,145 @@ impl Follower {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http_cache::Freshness;
+    use bytes::Bytes;
+    use http::header::{HeaderValue, VARY};
+    use http::StatusCode;
+
+    fn object(vary: Option<&str>) -> Arc<CachedObject> {
+        let mut h = HeaderMap::new();
+        if let Some(v) = vary {
+            h.insert(VARY, HeaderValue::from_str(v).unwrap());
+        }
+        let fresh = Freshness {
+            lifetime: Duration::from_secs(60),
+            initial_age: Duration::ZERO,
+            no_cache: false,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+        };
+        Arc::new(CachedObject::new(
+            StatusCode::OK,
+            h,
+            Bytes::from_static(b"body"),
+            Duration::ZERO,
+            &fresh,
+            Duration::ZERO,
+        ))
+    }
+
+    fn fetched(key: &str, object: Arc<CachedObject>) -> Arc<Fetched> {
+        Arc::new(Fetched {
+            object,
+            primary: "k".into(),
+            key: key.into(),
+        })
+    }
+
+    fn follow(inflight: &Arc<Inflight>, key: &str) -> Follower {
+        match inflight.join(key) {
+            Role::Follower(f) => f,
+            Role::Leader(_) => panic!("{key}: led, expected to follow"),
+        }
+    }
+
+    fn lead(inflight: &Arc<Inflight>, key: &str) -> Leader {
+        match inflight.join(key) {
+            Role::Leader(l) => l,
+            Role::Follower(_) => panic!("{key}: followed, expected to lead"),
+        }
+    }
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn one_leader_per_key_and_its_followers_get_what_it_stored() {
+        let inflight = Arc::new(Inflight::default());
+        let leader = lead(&inflight, "k");
+        let _other = lead(&inflight, "other");
+        let followers = [follow(&inflight, "k"), follow(&inflight, "k")];
+        let waiting: Vec<_> = followers
+            .into_iter()
+            .map(|f| tokio::spawn(async move { f.wait(WAIT, &HeaderMap::new()).await }))
+            .collect();
+        let object = object(None);
+        leader.complete(fetched("k", Arc::clone(&object)));
+        for w in waiting {
+            let got = w.await.unwrap().expect("the leader's object");
+            assert!(Arc::ptr_eq(&got.object, &object));
+        }
+        // Completed and dropped: the next miss leads a fetch of its own.
+        drop(lead(&inflight, "k"));
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_fails_releases_its_followers_with_nothing() {
+        let inflight = Arc::new(Inflight::default());
+        let leader = lead(&inflight, "k");
+        let f = follow(&inflight, "k");
+        let waiting = tokio::spawn(async move { f.wait(WAIT, &HeaderMap::new()).await });
+        drop(leader);
+        assert!(waiting.await.unwrap().is_none());
+        drop(lead(&inflight, "k"));
+    }
+
+    #[tokio::test]
+    async fn a_follower_waits_no_longer_than_its_bound() {
+        let inflight = Arc::new(Inflight::default());
+        let _leader = lead(&inflight, "k");
+        let f = follow(&inflight, "k");
+        assert!(f
+            .wait(Duration::from_millis(100), &HeaderMap::new())
+            .await
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn another_variant_is_not_taken() {
+        let inflight = Arc::new(Inflight::default());
+        let leader = lead(&inflight, "k");
+        let mut mine = HeaderMap::new();
+        mine.insert("x-v", HeaderValue::from_static("good"));
+        let f = follow(&inflight, "k");
+        let waiting = tokio::spawn(async move { f.wait(WAIT, &mine).await });
+        // The leader's request selected x-v: evil.
+        let key = {
+            let mut theirs = HeaderMap::new();
+            theirs.insert("x-v", HeaderValue::from_static("evil"));
+            variant_key("k", &[http::HeaderName::from_static("x-v")], &theirs)
+        };
+        leader.complete(fetched(&key, object(Some("X-V"))));
+        assert!(waiting.await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn join_takes_the_body_while_it_arrives_and_wait_the_stored_object() {
+        let inflight = Arc::new(Inflight::default());
+        let leader = lead(&inflight, "k");
+        let streaming_follower = follow(&inflight, "k");
+        let stored_follower = follow(&inflight, "k");
+        let head = object(None);
+        let body = Growing::new(4);
+        leader.streaming(Arc::new(Streaming {
+            head: Arc::clone(&head),
+            primary: "k".into(),
+            key: "k".into(),
+            body: Arc::clone(&body),
+        }));
+        match streaming_follower.join(WAIT, &HeaderMap::new()).await {
+            Some(Joined::Streaming(s)) => assert!(Arc::ptr_eq(&s.body, &body)),
+            _ => panic!("a plain follower streams the body as it arrives"),
+        }
+        // `wait` does not take a body that is still arriving.
+        let waiting =
+            tokio::spawn(async move { stored_follower.wait(WAIT, &HeaderMap::new()).await });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        leader.complete(fetched("k", Arc::clone(&head)));
+        assert!(waiting.await.unwrap().is_some());
+    }
+}
