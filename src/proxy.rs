@@ -1086,7 +1086,11 @@ impl Proxy {
             return;
         }
         if let Some(key) = crate::http_cache::keyed_key(&target.key, &live.keyed, &parts.headers) {
-            self.keyed_urls.insert(KeyHash::of_u64(target.id));
+            // Read first: the filter's words are shared by every worker, written only once.
+            let url = KeyHash::of_u64(target.id);
+            if !self.keyed_urls.contains(url) {
+                self.keyed_urls.insert(url);
+            }
             target.id = crate::hash::object_id(key.as_bytes());
             target.key = key;
         }
