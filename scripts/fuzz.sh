@@ -19,7 +19,13 @@ done
   head -c 4800 ../../shared/traces/cloudPhysicsIO.oracleGeneral.bin > corpus/trace_readers/oracle.seed
 }
 mkdir -p corpus/config && cp ../secondhit.example.toml corpus/config/
-for target in trace_readers cache_rules range config authority vary_key snapshot; do
+# origin_h1: a flags byte (bit 0: the request was a HEAD), then what the origin sends.
+mkdir -p corpus/origin_h1
+printf '\0HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello' > corpus/origin_h1/length.seed
+printf '\0HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;e=1\r\nhello\r\n0\r\nX-T: t\r\n\r\n' > corpus/origin_h1/chunked.seed
+printf '\0HTTP/1.0 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello' > corpus/origin_h1/repeated-length.seed
+printf '\1HTTP/1.1 304 Not Modified\r\nETag: "x"\r\n\r\nHTTP/1.1 200 OK\r\n\r\nto the close' > corpus/origin_h1/stray.seed
+for target in trace_readers cache_rules range config authority vary_key snapshot origin_h1; do
   mkdir -p "corpus/$target"
   echo "== $target: ${secs} s"
   cargo fuzz run -O "$target" "corpus/$target" -- -max_total_time="$secs" -rss_limit_mb=2048 2>&1 \

@@ -65,6 +65,9 @@ pub enum NoStore {
     Range,
     /// A `HEAD` request that missed: forwarded, never stored.
     Head,
+    /// A body delimited by the close of the origin's connection: whole or cut short, it ends
+    /// the same way, so it can never be shown complete.
+    CloseDelimited,
 }
 
 impl NoStore {
@@ -86,6 +89,7 @@ impl NoStore {
             NoStore::TooLarge => "too-large",
             NoStore::Range => "range",
             NoStore::Head => "head",
+            NoStore::CloseDelimited => "close-delimited",
         }
     }
 }

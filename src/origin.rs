@@ -272,8 +272,16 @@ impl Origins {
                     absolute = absolute.path_and_query(pq.clone());
                 }
                 *request.uri_mut() = absolute.build()?;
-                let response = clients[i % clients.len()].request(request).await?;
-                Ok(response.map(OriginBody::unpooled))
+                let head_request = request.method() == http::Method::HEAD;
+                let mut response = clients[i % clients.len()].request(request).await?;
+                let close_delimited = h1::check_head(
+                    response.status(),
+                    response.version(),
+                    response.headers_mut(),
+                    head_request,
+                )
+                .map_err(PoolError::Lean)?;
+                Ok(response.map(|body| OriginBody::unpooled(body, close_delimited)))
             }
         }
     }

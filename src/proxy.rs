@@ -1347,6 +1347,7 @@ impl Proxy {
             status: rparts.status,
             headers: &rparts.headers,
             length: expected,
+            close_delimited: rbody.close_delimited(),
         };
         let mut c = classify(
             x.intent,

@@ -12,13 +12,28 @@
 //! request's own task can write the head and then read the answer.
 //!
 //! The framing follows RFC 9112 §6.3: no body for HEAD, 1xx, 204 and 304; `Transfer-Encoding`
-//! wins over `Content-Length` (then the connection is not reused); chunked only as the final
-//! coding, else the body runs to the close; differing, empty or malformed `Content-Length`
-//! values are an error, never a guess, and so is `Transfer-Encoding` in an HTTP/1.0 response (as
-//! hyper has it). Interim (1xx) responses are skipped, up to 16 of them; a 101 is refused, as no
-//! request of ours asks to upgrade. Chunk lines allow only spaces and tabs before their
-//! extensions, which may add up to 16 KiB a body. A reason phrase other than the status code's
-//! usual one is kept (hyper's [`ReasonPhrase`] extension), so clients see what the origin said.
+//! wins over `Content-Length` (then the connection is not reused); differing, empty or malformed
+//! `Content-Length` values are an error, never a guess, and equal ones (`5, 5`, or the field
+//! twice) are one value, kept as one field (RFC 9110 §8.6); `Transfer-Encoding` in an HTTP/1.0
+//! response is an error (as hyper has it). The only transfer coding read is `chunked`, alone:
+//! any other (`gzip, chunked`, `gzip`) is an error rather than bytes served as if they were the
+//! content, which is stricter than RFC 9112 §6.3 (a body to the close) and hyper. A body that
+//! runs to the close is read, but [`Head::close_delimited`] says so: its end cannot be told from
+//! a cut, and the proxy never stores it. Interim (1xx) responses are skipped, up to 16 of them; a
+//! 101 is refused, as no request of ours asks to upgrade. Chunk lines allow only spaces and tabs
+//! before their extensions, which may add up to 16 KiB a body. A reason phrase other than the
+//! status code's usual one is kept (hyper's [`ReasonPhrase`] extension), so clients see what the
+//! origin said.
+//!
+//! A connection carries another request only when it is provably at a message boundary: its
+//! response was read whole by its framing, nothing was left in the read buffer, and nothing is
+//! readable on the socket when it is lent again ([`Conn::usable`], which asks the socket itself:
+//! tokio's readiness flags lag behind what arrived since its event loop last polled the OS).
+//! Bytes no request asked for (a body after a HEAD answer, garbage after a 204) would otherwise
+//! be read as the answer to the next request, for another key. A HEAD answer, and a 204 or 304
+//! that announces a body (a length other than 0, a transfer coding), never leave their
+//! connection reusable: an origin that sends the body anyway may send it late, after the next
+//! request went out, when no check can tell its bytes from that request's answer.
 
 use crate::body::ProxyBody;
 use bytes::{Bytes, BytesMut};
@@ -45,6 +60,9 @@ const READ_SIZE: usize = 8 * 1024;
 const MAX_CHUNK_LINE: usize = 4 * 1024;
 /// Chunk-size lines' bytes accepted beyond their sizes, all chunks of a body together.
 const MAX_CHUNK_EXTENSIONS: usize = 16 * 1024;
+/// The most bytes of trailer section read (and dropped), whatever `max_origin_header_bytes`
+/// says: half of hyper's limit, so that none is read that hyper's client would refuse.
+const MAX_TRAILER_BYTES: usize = 8 * 1024;
 /// Interim (1xx) responses accepted before the final one.
 const MAX_INTERIM: usize = 16;
 
@@ -72,6 +90,10 @@ pub enum H1Error {
     /// The connection closed inside a chunked body.
     #[error("origin closed the connection inside a chunked body")]
     Truncated,
+    /// Bytes arrived on a new connection before the request was written: they answer no
+    /// request of ours.
+    #[error("origin sent bytes before the request was written")]
+    Unsolicited,
 }
 
 /// A response head, with how its body is framed and whether the connection may carry another
@@ -89,6 +111,14 @@ pub struct Head {
     pub body: BodyState,
     /// Whether the connection may be reused once the body is read.
     pub keep_alive: bool,
+}
+
+impl Head {
+    /// Whether the body runs to the close of the connection (no length, not chunked): whole or
+    /// cut short by the origin, it ends the same way, so it can never be shown complete.
+    pub fn close_delimited(&self) -> bool {
+        matches!(self.body, BodyState::Close)
+    }
 }
 
 /// Where a response body stands.
@@ -120,6 +150,8 @@ pub struct Conn {
     out: Vec<u8>,
     /// What parsing the last head left for the next one.
     scratch: Scratch,
+    /// No request has been written on it yet.
+    fresh: bool,
 }
 
 /// What parsing a response head leaves for the next one on the same connection.
@@ -181,12 +213,21 @@ impl Conn {
                 spans: Vec::with_capacity(16),
                 names: Vec::new(),
             },
+            fresh: true,
         }
     }
 
     /// Whether an idle connection can carry a request: no stray bytes arrived and the origin
-    /// has not closed it (checked without waiting).
+    /// has not closed it (checked without waiting). Bytes here answer no request (a body after
+    /// a HEAD answer, garbage after a 204, anything on an idle connection): a connection that
+    /// has them is dropped, never read for the next request's answer.
     pub fn usable(&mut self) -> bool {
+        self.nothing_buffered() && self.socket_quiet()
+    }
+
+    /// Nothing in the read buffer, and nothing readable through the stream (TLS included: its
+    /// decrypted bytes, its close) as far as tokio knows, checked without waiting.
+    fn nothing_buffered(&mut self) -> bool {
         if !self.buf.is_empty() {
             return false;
         }
@@ -198,6 +239,30 @@ impl Conn {
         Pin::new(&mut self.io)
             .poll_read(&mut cx, &mut probe)
             .is_pending()
+    }
+
+    /// The TCP socket under the stream.
+    fn tcp(&self) -> &TcpStream {
+        match self.io.inner() {
+            MaybeHttpsStream::Http(tcp) => tcp.inner(),
+            MaybeHttpsStream::Https(tls) => tls.inner().get_ref().0.inner().inner(),
+        }
+    }
+
+    /// Nothing readable on the socket itself, and not closed: a non-blocking `MSG_PEEK`.
+    /// tokio's readiness, which [`nothing_buffered`](Conn::nothing_buffered) relies on, is
+    /// updated only when its event loop polls the OS, and was cleared by the last read that
+    /// found the socket drained: bytes that came since (a HEAD answer's body written a moment
+    /// after its head) are in the socket and unknown to it. Over TLS, any byte makes the
+    /// connection unfit, even a record that would decrypt to nothing (a late session ticket):
+    /// a new connection is the price of not knowing.
+    fn socket_quiet(&self) -> bool {
+        let mut byte = [MaybeUninit::<u8>::uninit()];
+        match socket2::SockRef::from(self.tcp()).peek(&mut byte) {
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+            // A byte, or the origin's close.
+            Ok(_) => false,
+        }
     }
 
     /// Whether the connection has no bytes beyond the last response (an origin that sent more
@@ -215,6 +280,15 @@ impl Conn {
         request: &R,
         max_head: usize,
     ) -> Result<Head, (H1Error, bool)> {
+        if std::mem::take(&mut self.fresh) {
+            // An origin that speaks first answers no request of ours. (A reused connection was
+            // checked the same way as it was lent: `usable`.) Over TLS the handshake's last
+            // records (session tickets) may still be on the socket: only what decrypts counts.
+            let tls = matches!(self.io.inner(), MaybeHttpsStream::Https(_));
+            if !self.nothing_buffered() || (!tls && !self.socket_quiet()) {
+                return Err((H1Error::Unsolicited, false));
+            }
+        }
         self.out.clear();
         request.write_head(&mut self.out);
         let sent = async {
@@ -260,35 +334,9 @@ impl Conn {
         max_read: usize,
     ) -> Poll<Option<Result<Bytes, H1Error>>> {
         loop {
-            let want = match state {
-                BodyState::Done | BodyState::Length(0) => {
-                    *state = BodyState::Done;
-                    return Poll::Ready(None);
-                }
-                BodyState::Length(n) => {
-                    if !self.buf.is_empty() {
-                        let k = (*n).min(self.buf.len() as u64);
-                        *n -= k;
-                        // k <= buf.len(), a usize.
-                        return Poll::Ready(Some(Ok(self.buf.split_to(k as usize).freeze())));
-                    }
-                    usize::try_from(*n).unwrap_or(usize::MAX).min(max_read)
-                }
-                BodyState::Chunked(c) => match c.decode(&mut self.buf, max_read) {
-                    Err(e) => return Poll::Ready(Some(Err(e))),
-                    Ok(Step::Data(data)) => return Poll::Ready(Some(Ok(data))),
-                    Ok(Step::Done) => {
-                        *state = BodyState::Done;
-                        return Poll::Ready(None);
-                    }
-                    Ok(Step::More) => READ_SIZE,
-                },
-                BodyState::Close => {
-                    if !self.buf.is_empty() {
-                        return Poll::Ready(Some(Ok(self.buf.split().freeze())));
-                    }
-                    max_read.min(READ_SIZE * 2)
-                }
+            let want = match body_step(&mut self.buf, state, max_read) {
+                BodyStep::Ready(piece) => return Poll::Ready(piece),
+                BodyStep::Read(want) => want,
             };
             if self.buf.capacity() - self.buf.len() < want.min(READ_SIZE) {
                 self.buf.reserve(want.max(READ_SIZE / 8));
@@ -297,21 +345,68 @@ impl Conn {
             match read {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(H1Error::Io(e)))),
-                Poll::Ready(Ok(0)) => {
-                    let e = match state {
-                        BodyState::Length(n) => H1Error::Short(*n),
-                        BodyState::Chunked(_) => H1Error::Truncated,
-                        _ => {
-                            *state = BodyState::Done;
-                            return Poll::Ready(None);
-                        }
-                    };
-                    return Poll::Ready(Some(Err(e)));
-                }
+                Poll::Ready(Ok(0)) => return Poll::Ready(body_at_close(state)),
                 Poll::Ready(Ok(_)) => {}
             }
         }
     }
+}
+
+/// What the read buffer alone gives of a body.
+enum BodyStep {
+    /// A piece, an error, or the end (`None`).
+    Ready(Option<Result<Bytes, H1Error>>),
+    /// Nothing until more is read: about this many bytes are wanted.
+    Read(usize),
+}
+
+/// The next piece of the body `state` describes out of `buf`, or how much to read for one.
+fn body_step(buf: &mut BytesMut, state: &mut BodyState, max_read: usize) -> BodyStep {
+    let want = match state {
+        BodyState::Done | BodyState::Length(0) => {
+            *state = BodyState::Done;
+            return BodyStep::Ready(None);
+        }
+        BodyState::Length(n) => {
+            if !buf.is_empty() {
+                let k = (*n).min(buf.len() as u64);
+                *n -= k;
+                // k <= buf.len(), a usize.
+                return BodyStep::Ready(Some(Ok(buf.split_to(k as usize).freeze())));
+            }
+            usize::try_from(*n).unwrap_or(usize::MAX).min(max_read)
+        }
+        BodyState::Chunked(c) => match c.decode(buf, max_read) {
+            Err(e) => return BodyStep::Ready(Some(Err(e))),
+            Ok(Step::Data(data)) => return BodyStep::Ready(Some(Ok(data))),
+            Ok(Step::Done) => {
+                *state = BodyState::Done;
+                return BodyStep::Ready(None);
+            }
+            Ok(Step::More) => READ_SIZE,
+        },
+        BodyState::Close => {
+            if !buf.is_empty() {
+                return BodyStep::Ready(Some(Ok(buf.split().freeze())));
+            }
+            max_read.min(READ_SIZE * 2)
+        }
+    };
+    BodyStep::Read(want)
+}
+
+/// What the origin's close means for a body `state` describes, the read buffer drained: the
+/// end of one that runs to the close, else an error.
+fn body_at_close(state: &mut BodyState) -> Option<Result<Bytes, H1Error>> {
+    let e = match state {
+        BodyState::Length(n) => H1Error::Short(*n),
+        BodyState::Chunked(_) => H1Error::Truncated,
+        _ => {
+            *state = BodyState::Done;
+            return None;
+        }
+    };
+    Some(Err(e))
 }
 
 /// `request`'s head as HTTP/1.1 puts it on the wire.
@@ -479,7 +574,7 @@ fn parse(
                 }
             }
         }
-        let (body, keep_alive) = framing(status, version, connection, &headers, head_request)?;
+        let (body, keep_alive) = framing(status, version, connection, &mut headers, head_request)?;
         return Ok(Some(Head {
             status,
             version,
@@ -520,20 +615,29 @@ impl ConnectionOptions {
 }
 
 /// How a response's body is framed (RFC 9112 §6.3) and whether its connection may be reused.
+/// A `Content-Length` repeated with one value is left as one field.
 fn framing(
     status: StatusCode,
     version: Version,
     connection: ConnectionOptions,
-    headers: &HeaderMap,
+    headers: &mut HeaderMap,
     head_request: bool,
 ) -> Result<(BodyState, bool), H1Error> {
     // `close` wins wherever it is; else `keep-alive` keeps an HTTP/1.0 connection.
     let mut keep_alive =
         !connection.close && (connection.keep_alive || version == Version::HTTP_11);
+    let transfer_encoding = headers.contains_key(header::TRANSFER_ENCODING);
     if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-        return Ok((BodyState::Done, keep_alive));
+        // No body follows, whatever the head announces; its length still goes to the client
+        // (a HEAD's, a 304's), so it must be one.
+        let length = content_length(headers)?;
+        // An answer that announces a body it must not send (every HEAD answer may: it says
+        // how long a GET's would be) leaves its connection unfit: an origin that sends the body
+        // anyway can send it after the next request went out, as if it were its answer.
+        let announces_body = head_request || transfer_encoding || length.is_some_and(|n| n > 0);
+        return Ok((BodyState::Done, keep_alive && !announces_body));
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    if transfer_encoding {
         if version == Version::HTTP_10 {
             return Err(H1Error::Malformed(
                 "Transfer-Encoding in an HTTP/1.0 response",
@@ -543,42 +647,72 @@ fn framing(
         if headers.contains_key(header::CONTENT_LENGTH) {
             keep_alive = false;
         }
-        let last = tokens(headers, &header::TRANSFER_ENCODING).last();
-        return Ok(match last {
-            Some(t) if t.eq_ignore_ascii_case(b"chunked") => {
-                (BodyState::Chunked(Chunked::default()), keep_alive)
-            }
-            _ => (BodyState::Close, false),
-        });
-    }
-    let mut length = None;
-    // Every element of every field, empty ones too: an empty length is malformed, not absent.
-    let elements = headers
-        .get_all(header::CONTENT_LENGTH)
-        .into_iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii);
-    for value in elements {
-        let n = decimal(value).ok_or(H1Error::Malformed("Content-Length"))?;
-        if length.is_some_and(|l| l != n) {
-            return Err(H1Error::Malformed("differing Content-Length values"));
+        // Only `chunked`, alone, is read: another coding (`gzip, chunked`) would reach the
+        // client and the cache as if it were the content.
+        let mut codings = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .into_iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii);
+        let chunked_alone = codings
+            .next()
+            .is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
+            && codings.next().is_none();
+        if !chunked_alone {
+            return Err(H1Error::Malformed("a transfer coding other than chunked"));
         }
-        length = Some(n);
+        return Ok((BodyState::Chunked(Chunked::default()), keep_alive));
     }
-    Ok(match length {
+    Ok(match content_length(headers)? {
         Some(n) => (BodyState::Length(n), keep_alive),
         None => (BodyState::Close, false),
     })
 }
 
-/// The comma-separated list elements of every `name` field, trimmed, empty ones skipped.
-fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> {
-    headers
-        .get_all(name)
+/// The lean exchange's framing rules, applied to a response head hyper's client read (a
+/// request with a body, or an origin reached with `tls.origin_http2`): a transfer coding other
+/// than `chunked` alone is refused (hyper would de-chunk `gzip, chunked` and hand on gzip bytes as
+/// the content), and so is a malformed length on a response without a body (hyper reads none
+/// there); equal repeated lengths are left as one field. Returns whether the body runs to the
+/// close (HTTP/1 only: an HTTP/2 stream ends by its own framing).
+pub fn check_head(
+    status: StatusCode,
+    version: Version,
+    headers: &mut HeaderMap,
+    head_request: bool,
+) -> Result<bool, H1Error> {
+    if status.is_informational() {
+        return Ok(false);
+    }
+    let connection = ConnectionOptions::default();
+    let (body, _) = framing(status, version, connection, headers, head_request)?;
+    Ok(version < Version::HTTP_2 && matches!(body, BodyState::Close))
+}
+
+/// The one value of every `Content-Length` field and list element, if there is any: equal
+/// repeats (`5, 5`, or the field twice) are one value (RFC 9110 §8.6), left as one field so that
+/// the client gets one; empty, malformed or differing values are an error.
+fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, H1Error> {
+    let mut length = None;
+    let mut elements = 0usize;
+    // Every element of every field, empty ones too: an empty length is malformed, not absent.
+    let all = headers
+        .get_all(header::CONTENT_LENGTH)
         .into_iter()
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|t| !t.is_empty())
+        .map(<[u8]>::trim_ascii);
+    for value in all {
+        let n = decimal(value).ok_or(H1Error::Malformed("Content-Length"))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(H1Error::Malformed("differing Content-Length values"));
+        }
+        length = Some(n);
+        elements += 1;
+    }
+    if let (Some(n), 2..) = (length, elements) {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    Ok(length)
 }
 
 /// A header value from bytes already known to be valid value bytes (HTAB, 0x20..=0xFF but DEL):
@@ -617,6 +751,7 @@ pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
 pub struct Chunked {
     at: ChunkAt,
     trailer_bytes: usize,
+    trailer_fields: usize,
     extension_bytes: usize,
 }
 
@@ -693,6 +828,7 @@ impl Chunked {
                     self.at = ChunkAt::Size;
                 }
                 ChunkAt::Trailers => {
+                    let max_trailers = max_trailers.min(MAX_TRAILER_BYTES);
                     let room = max_trailers.saturating_sub(self.trailer_bytes);
                     let Some(line) = take_line(buf, room)? else {
                         if buf.len() > room {
@@ -704,10 +840,33 @@ impl Chunked {
                     if line.is_empty() {
                         return Ok(Step::Done);
                     }
+                    // Dropped, but read as hyper reads them: field lines, at most 100.
+                    self.trailer_fields += 1;
+                    if self.trailer_fields > MAX_HEADERS {
+                        return Err(H1Error::Malformed("more than 100 trailer fields"));
+                    }
+                    if !field_line(&line) {
+                        return Err(H1Error::Malformed("trailer field"));
+                    }
                 }
             }
         }
     }
+}
+
+/// Whether `line` is a field line: a token, a colon, and a value of HTAB and bytes from 0x20 to
+/// 0xFF but DEL (the whitespace around it included), as httparse reads a head's.
+fn field_line(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    !name.is_empty()
+        && name.iter().all(|&b| tchar(b))
+        && value
+            .iter()
+            .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 /// The line at the front of `buf` without its CRLF, consumed; `None` if its end is not among
@@ -753,6 +912,9 @@ fn chunk_size(line: &[u8]) -> Result<(u64, usize), H1Error> {
         .ok_or(H1Error::Malformed("chunk size"))?;
     Ok((size, rest.len()))
 }
+
+#[doc(hidden)]
+pub mod differential;
 
 #[cfg(test)]
 mod tests {
@@ -862,24 +1024,43 @@ mod tests {
     #[test]
     fn transfer_encoding_wins_and_bad_lengths_fail() {
         let h = parsed(
-            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding:  Chunked \r\n\r\n",
             false,
         )
         .unwrap()
         .unwrap();
         assert!(matches!(h.body, BodyState::Chunked(_)));
         assert!(!h.keep_alive, "a length beside chunked: not reused");
-        let h = parsed("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false)
-            .unwrap()
-            .unwrap();
-        assert!(matches!(h.body, BodyState::Close) && !h.keep_alive);
+        // Equal lengths are one, left as one field.
         let h = parsed(
             "HTTP/1.1 200 OK\r\nContent-Length: 4, 4\r\nContent-Length: 4\r\n\r\n",
             false,
         )
         .unwrap()
         .unwrap();
-        assert!(matches!(h.body, BodyState::Length(4)));
+        assert!(matches!(h.body, BodyState::Length(4)) && h.keep_alive);
+        let lengths: Vec<_> = h.headers.get_all(header::CONTENT_LENGTH).iter().collect();
+        assert_eq!(lengths, ["4"]);
+        for bad in [
+            // Only chunked, alone, is a transfer coding read: never other codings' bytes
+            // passed on as the content, nor a body to the close after a coding.
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\n\r\n",
+            // A length must be one, even where no body follows.
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 4, 5\r\n\r\n",
+            "HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n",
+        ] {
+            assert!(
+                matches!(parsed(bad, false), Err(H1Error::Malformed(_))),
+                "{bad:?}"
+            );
+        }
         for bad in [
             "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: +4\r\n\r\n",
@@ -896,6 +1077,63 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn answers_that_announce_a_body_they_must_not_send_leave_their_connection_unfit() {
+        // (response, to a HEAD, connection reusable)
+        let cases = [
+            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, false),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", true, false),
+            ("HTTP/1.1 200 OK\r\n\r\n", true, false),
+            (
+                "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n",
+                false,
+                true,
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\n\r\n",
+                false,
+                true,
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 5, 5\r\n\r\n",
+                false,
+                false,
+            ),
+            ("HTTP/1.1 204 No Content\r\n\r\n", false, true),
+            (
+                "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n",
+                false,
+                false,
+            ),
+            (
+                "HTTP/1.1 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n",
+                false,
+                false,
+            ),
+        ];
+        for (raw, head_request, reusable) in cases {
+            let h = parsed(raw, head_request).unwrap().unwrap();
+            assert!(h.body.is_done() && !h.close_delimited(), "{raw:?}");
+            assert_eq!(h.keep_alive, reusable, "{raw:?}");
+        }
+        // The same rules on heads hyper's client read.
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("gzip, chunked"),
+        );
+        assert!(check_head(StatusCode::OK, Version::HTTP_11, &mut headers, false).is_err());
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5, 5"));
+        assert!(!check_head(StatusCode::OK, Version::HTTP_11, &mut headers, false).unwrap());
+        assert_eq!(headers[header::CONTENT_LENGTH], "5");
+        let mut none = HeaderMap::new();
+        assert!(check_head(StatusCode::OK, Version::HTTP_11, &mut none, false).unwrap());
+        assert!(check_head(StatusCode::OK, Version::HTTP_10, &mut none, false).unwrap());
+        assert!(!check_head(StatusCode::OK, Version::HTTP_2, &mut none, false).unwrap());
+        assert!(!check_head(StatusCode::OK, Version::HTTP_11, &mut none, true).unwrap());
     }
 
     #[test]

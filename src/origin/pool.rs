@@ -47,7 +47,8 @@ pub enum PoolError {
     /// The connection failed while sending or before the response head.
     #[error(transparent)]
     Http(#[from] hyper::Error),
-    /// The lean exchange of a bodyless request failed before the response head.
+    /// The lean exchange of a bodyless request failed before the response head, or a response
+    /// head broke its framing rules (checked on hyper's responses too: [`h1::check_head`]).
     #[error(transparent)]
     Lean(#[from] h1::H1Error),
 }
@@ -214,6 +215,7 @@ impl Pool {
         mut request: Request<ProxyBody>,
         shelf: Option<Arc<Shelf>>,
     ) -> Result<Response<OriginBody>, PoolError> {
+        let head_request = request.method() == Method::HEAD;
         loop {
             let idle = shelf.as_ref().and_then(|s| s.take(self.idle_timeout));
             let reused = idle.is_some();
@@ -222,11 +224,19 @@ impl Pool {
                 None => self.connect(origin).await?,
             };
             match sender.try_send_request(request).await {
-                Ok(response) => {
+                Ok(mut response) => {
                     self.sweep_in_background();
+                    // Refused: the response (its body unread) drops, and its connection with it.
+                    let close_delimited = h1::check_head(
+                        response.status(),
+                        response.version(),
+                        response.headers_mut(),
+                        head_request,
+                    )?;
                     let lease = shelf.map(|home| Lease { sender, home });
                     return Ok(response.map(|body| OriginBody {
                         inner: Inner::Hyper { body, lease },
+                        close_delimited,
                     }));
                 }
                 Err(mut e) => match e.take_message() {
@@ -277,6 +287,7 @@ impl Pool {
                 Ok(head) => {
                     self.sweep_in_background();
                     let body = OriginBody {
+                        close_delimited: head.close_delimited(),
                         inner: Inner::Lean {
                             conn: Some(conn),
                             state: head.body,
@@ -412,6 +423,8 @@ pub enum BodyError {
 /// An origin response's body. Read to the end, it hands its connection back to the pool.
 pub struct OriginBody {
     inner: Inner,
+    /// It runs to the close of the connection.
+    close_delimited: bool,
 }
 
 enum Inner {
@@ -435,11 +448,19 @@ enum Inner {
 
 impl OriginBody {
     /// A body from hyper-util's client (with `tls.origin_http2`), which returns its connections
-    /// itself.
-    pub fn unpooled(body: Incoming) -> OriginBody {
+    /// itself; `close_delimited` as [`h1::check_head`] found.
+    pub fn unpooled(body: Incoming, close_delimited: bool) -> OriginBody {
         OriginBody {
             inner: Inner::Hyper { body, lease: None },
+            close_delimited,
         }
+    }
+
+    /// Whether the body runs to the close of the origin's connection (HTTP/1, no length, not
+    /// chunked): whole or cut short by the origin, it ends the same way, so it can never be
+    /// shown complete, and is never stored.
+    pub fn close_delimited(&self) -> bool {
+        self.close_delimited
     }
 
     /// Hands the connection back. hyper's: at once if it is ready for another request (hyper's
@@ -654,11 +675,14 @@ mod tests {
             assert_eq!(&read(&p, &o, "/").await[..], b"hello");
         }
         assert_eq!(read(&p, &o, "/big").await.len(), 1 << 20);
-        // A HEAD response has no body to read: done as soon as it is dropped.
+        assert_eq!(seen.opened.load(Ordering::SeqCst), 1);
+        // A HEAD answer has no body to read, but an origin may send one anyway, even late: its
+        // connection is closed, never lent again.
         let head = p.send(&o, get(&o, "/", http::Method::HEAD)).await.unwrap();
         drop(head);
+        assert_eq!(p.idle(), 0);
         assert_eq!(&read(&p, &o, "/").await[..], b"hello");
-        assert_eq!(seen.opened.load(Ordering::SeqCst), 1);
+        assert_eq!(seen.opened.load(Ordering::SeqCst), 2);
         assert_eq!(p.idle(), 1);
         // Requests with a body go by hyper's client, on connections of their own, also reused.
         for _ in 0..3 {
@@ -674,7 +698,7 @@ mod tests {
                 b"hello"
             );
         }
-        assert_eq!(seen.opened.load(Ordering::SeqCst), 2);
+        assert_eq!(seen.opened.load(Ordering::SeqCst), 3);
         assert_eq!(p.idle(), 2);
     }
 
@@ -781,6 +805,200 @@ mod tests {
             assert_eq!(p.idle(), 0);
         }
         assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+
+    /// An origin on its own thread (it runs while the test's event loop is blocked) that
+    /// answers each request with `ok` and, 5 ms after the first answer on a connection, sends a
+    /// whole response no request asked for.
+    fn threaded_stray_origin() -> (OriginUrl, Arc<AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let o: OriginUrl = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let n = Arc::clone(&opened);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                n.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut first = true;
+                    let mut got = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buf) {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => got.extend_from_slice(&buf[..k]),
+                            }
+                        }
+                        got.clear();
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                        if std::mem::take(&mut first) {
+                            std::thread::sleep(Duration::from_millis(5));
+                            let _ = stream
+                                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTRAY");
+                        }
+                    }
+                });
+            }
+        });
+        (o, opened)
+    }
+
+    #[tokio::test]
+    async fn stray_bytes_the_event_loop_has_not_noticed_yet_still_unfit_a_connection() {
+        let (o, opened) = threaded_stray_origin();
+        let p = pool(&o, Duration::from_secs(60));
+        assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok");
+        assert_eq!(p.idle(), 1);
+        // The stray response arrives while this thread's event loop is blocked: tokio's
+        // readiness for the idle connection still says "nothing to read" (the last read drained
+        // the socket), but the bytes are there, and the socket says so.
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok");
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn bytes_on_a_new_connection_before_the_request_are_an_error() {
+        // An origin that speaks first.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let (mut stream, _) = listener.accept().unwrap();
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTRAY");
+            tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let stream = TokioIo::new(hyper_rustls::MaybeHttpsStream::Http(TokioIo::new(tcp)));
+        let mut conn = h1::Conn::new(stream);
+        let o: OriginUrl = format!("http://{addr}").parse().unwrap();
+        let e = conn
+            .exchange(&get(&o, "/", http::Method::GET), 1024)
+            .await
+            .err();
+        assert!(
+            matches!(e, Some((h1::H1Error::Unsolicited, false))),
+            "{e:?}"
+        );
+    }
+
+    /// An `https://localhost` origin with a certificate of a CA made for the test, whose
+    /// connections answer every request with `ok` and, when `stray`, 5 ms later with a whole
+    /// response no request asked for; a pool trusting the CA; and the connections accepted.
+    async fn tls_origin(stray: bool) -> (OriginUrl, Pool, Arc<AtomicUsize>, std::path::PathBuf) {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let dir =
+            std::env::temp_dir().join(format!("secondhit-pool-tls-{stray}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        let (ca_file, cert_file, key_file) = (
+            dir.join("ca.pem"),
+            dir.join("cert.pem"),
+            dir.join("key.pem"),
+        );
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let pair = crate::tls::CertPair {
+            host: None,
+            cert: cert_file,
+            key: key_file,
+        };
+        let certs = Arc::new(crate::tls::SniCertificates::load(&pair, &[]).unwrap());
+        let acceptor = tokio_rustls::TlsAcceptor::from(crate::tls::server_config(certs).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let o: OriginUrl = format!(
+            "https://localhost:{}",
+            listener.local_addr().unwrap().port()
+        )
+        .parse()
+        .unwrap();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let n = Arc::clone(&opened);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut got = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match tls.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => got.extend_from_slice(&buf[..k]),
+                            }
+                        }
+                        got.clear();
+                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if tls.write_all(ok).await.is_err() || tls.flush().await.is_err() {
+                            return;
+                        }
+                        if stray {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            let stray = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTRAY";
+                            let _ = tls.write_all(stray).await;
+                            let _ = tls.flush().await;
+                        }
+                    }
+                });
+            }
+        });
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let tls = crate::tls::origin_client_config(Some(&ca_file)).unwrap();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let p = Pool::new(
+            [&o],
+            connector,
+            http1::Builder::new(),
+            Duration::from_secs(60),
+            64 * 1024,
+        );
+        (o, p, opened, dir)
+    }
+
+    #[tokio::test]
+    async fn tls_connections_are_reused_and_stray_records_unfit_them() {
+        // The handshake's session tickets do not make a new connection look spoken to first,
+        // nor a reused one unfit.
+        let (o, p, opened, dir) = tls_origin(false).await;
+        for _ in 0..4 {
+            assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+        let _ = std::fs::remove_dir_all(dir);
+        // Bytes after each answer, inside TLS records: each connection is used once.
+        let (o, p, opened, dir) = tls_origin(true).await;
+        for _ in 0..3 {
+            assert_eq!(&body_of(&p, &o).await.unwrap()[..], b"ok");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A request body that sends one chunk and then never ends (a slow upload).

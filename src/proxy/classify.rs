@@ -39,6 +39,9 @@ pub struct ResponseHead<'a> {
     pub headers: &'a HeaderMap,
     /// Its announced body length, if any.
     pub length: Option<u64>,
+    /// Its body runs to the close of the origin's connection (no length, not chunked): never
+    /// shown complete, so never stored.
+    pub close_delimited: bool,
 }
 
 /// Classifies a response. `credentials`: what the request sent to the origin carried. `max_object`: the
@@ -55,6 +58,9 @@ pub fn classify(
         let f = storability(response.status, response.headers, credentials, rules, now)?;
         if response.length.is_some_and(|n| n > max_object) {
             return Err(NoStore::TooLarge);
+        }
+        if response.close_delimited {
+            return Err(NoStore::CloseDelimited);
         }
         Ok(f)
     };
@@ -104,6 +110,7 @@ mod tests {
             status: r.0,
             headers: &r.1,
             length: r.2,
+            close_delimited: false,
         };
         classify(
             intent,
@@ -137,6 +144,32 @@ mod tests {
             c.status.render(),
             "secondhit; fwd=uri-miss; detail=no-store"
         );
+    }
+
+    #[test]
+    fn a_body_to_the_close_is_never_stored() {
+        let (status, headers, _) = head(200, "max-age=60", None);
+        for intent in [Intent::Admitted, Intent::Deferred] {
+            let response = ResponseHead {
+                status,
+                headers: &headers,
+                length: None,
+                close_delimited: true,
+            };
+            let c = classify(
+                intent,
+                response,
+                false,
+                &StoreRules::default(),
+                1000,
+                SystemTime::UNIX_EPOCH,
+            );
+            assert_eq!((c.outcome, c.store), (Outcome::Bypass, None));
+            assert_eq!(
+                c.status.render(),
+                "secondhit; fwd=uri-miss; detail=close-delimited"
+            );
+        }
     }
 
     #[test]
