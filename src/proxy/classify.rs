@@ -159,7 +159,7 @@ mod tests {
             let c = classify(
                 intent,
                 response,
-                false,
+                Credentials::NONE,
                 &StoreRules::default(),
                 1000,
                 SystemTime::UNIX_EPOCH,
