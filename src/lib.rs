@@ -60,7 +60,8 @@
 //!   age, keys, Vary variant keys, conditional requests, ranges, hop-by-hop and unkeyed headers.
 //! - [`proxy`]: the request path as phases (check, scrub, plan, lookup, admit, fetch, classify,
 //!   pump), each in its own file: [`proxy::authority`] (Host validation and normalisation),
-//!   [`proxy::check`], [`proxy::hit`], [`proxy::coalesce`], [`proxy::fetch`],
+//!   [`proxy::check`], [`proxy::hit`], [`proxy::coalesce`] (with [`proxy::growing`], the body a
+//!   coalesced fetch streams to every waiter while it is stored), [`proxy::fetch`],
 //!   [`proxy::classify`], [`proxy::cached`] (store entries and their weight) and
 //!   [`proxy::outcome`] (`Outcome`, the typed `Cache-Status`, `Refusal`).
 //! - [`origin`]: routing to configured origins only, the pooled keep-alive client, origin

@@ -14,7 +14,8 @@
 //!              │ miss ─── the flash tier, if any ──────────────────────────> HIT
 //!  4 admit     the admission policy: Deferred, or the Leader / a Follower of
 //!              one coalesced fetch per key (coalesce.rs)
-//!              │ follower ── the leader's object, if the same variant ────> HIT
+//!              │ follower ── the leader's object, or its body as it arrives,
+//!              │             if the same variant ─────────────────────────> HIT
 //!  5 fetch     the origin's response head (fetch.rs)  ── error ──> ERROR (502 / 504 / 400)
 //!  6 classify  outcome, Cache-Status, store or not: pure (classify.rs) ──> MISS / DEFERRED / BYPASS
 //!  7 pump      stream to the client; store once complete (pump.rs)
@@ -242,11 +243,19 @@ pub struct Proxy {
     /// (`URL\nfield:value`): a purge or an invalidation of such a URL looks for them all; any
     /// other URL is removed by its key alone, with no scan.
     keyed_urls: crate::bloom::Bloom,
+    /// When an unsafe request last invalidated a URL's keyed entries (by the object id of its
+    /// primary key): a keyed entry stored before then is a miss. The request path never scans
+    /// the store for them. Bounded: a mark evicted lets entries stored before it be served
+    /// again until they expire, the price of not scanning.
+    keyed_invalidated: Cache<u64, Duration>,
 }
 
 /// URLs with keyed entries remembered before purges of URLs fall back to scanning the store:
 /// about 1.2 MB of filter at a 1 % false-positive rate (a false positive costs one scan).
 const KEYED_URLS: u64 = 1 << 20;
+
+/// URLs whose keyed entries an unsafe request invalidated, remembered at once.
+const KEYED_INVALIDATIONS: u64 = 1 << 16;
 
 /// The flash tier as the proxy uses it: the store, its own admission policy, and the time of
 /// the last purge it cannot apply object by object.
@@ -609,6 +618,7 @@ impl Proxy {
             disk,
             keyed_urls: crate::bloom::Bloom::with_rate(KEYED_URLS, 0.01)
                 .map_err(crate::admission::PolicyError::from)?,
+            keyed_invalidated: Cache::builder().max_capacity(KEYED_INVALIDATIONS).build(),
         })
     }
 
@@ -1096,6 +1106,16 @@ impl Proxy {
         }
     }
 
+    /// Whether `obj`, stored under the keyed key `primary` (`URL\nfield:value...`), was stored
+    /// before an unsafe request invalidated its URL.
+    fn invalidated_keyed(&self, primary: &str, obj: &CachedObject) -> bool {
+        primary.split_once('\n').is_some_and(|(url, _)| {
+            self.keyed_invalidated
+                .get(&crate::hash::object_id(url.as_bytes()))
+                .is_some_and(|at| obj.stored_at < at)
+        })
+    }
+
     /// Whether entries keyed on forwarded fields may exist under the primary key `primary`.
     fn may_have_keyed_entries(&self, primary: &str) -> bool {
         self.keyed_urls
@@ -1122,6 +1142,10 @@ impl Proxy {
             entry => (entry, primary.to_string()),
         };
         let found = match entry {
+            Some(Entry::Object(obj)) if self.invalidated_keyed(primary, &obj) => {
+                self.store.load().cache().invalidate(&key);
+                Found::Miss
+            }
             Some(Entry::Object(obj)) => {
                 if headers.contains_key(header::AUTHORIZATION) && !obj.auth_ok {
                     Found::Miss
@@ -1245,7 +1269,8 @@ impl Proxy {
             revalidate::strip_client_conditionals(&mut parts.headers);
         }
         let head_request = parts.method == Method::HEAD;
-        let credentials = Credentials::of(&parts.headers);
+        let forwarding = check::Forwarding::new(&parts.method, &live.forwarded);
+        let credentials = Credentials::of(&parts.headers).forwarded(|n| forwarding.keeps(n));
         let budget = parts.extensions.get::<ConnectionBudget>().cloned();
         // 5. fetch
         let lean = match live.origins.lean_pool() {

@@ -221,7 +221,7 @@ async fn a_revalidation_with_a_cookie_does_not_rewrite_the_shared_copy() {
 #[tokio::test]
 async fn forwarded_fields_are_keyed_unless_listed_unkeyed() {
     let o = origin::start().await;
-    let (p, _clock) = start(&o.url(), ADMIT_ALL).await;
+    let (p, clock) = start(&o.url(), ADMIT_ALL).await;
     let c = Http::new(p.addr);
     let evil = [
         ("origin", "https://evil.example"),
@@ -263,6 +263,15 @@ async fn forwarded_fields_are_keyed_unless_listed_unkeyed() {
     for h in [&evil[..], &plain[..], &[]] {
         assert_eq!(c.send(Method::GET, path, h).await.x_cache(), "MISS");
     }
+    // An unsafe request invalidates them too (RFC 9111 §4.4), without scanning the store.
+    assert_eq!(c.send(Method::GET, path, &plain).await.x_cache(), "HIT");
+    clock.advance(Duration::from_secs(1));
+    let post = c.send(Method::POST, path, &[]).await;
+    assert_eq!(post.status, 200);
+    for h in [&plain[..], &[]] {
+        assert_eq!(c.send(Method::GET, path, h).await.x_cache(), "MISS");
+    }
+    assert_eq!(c.send(Method::GET, path, &plain).await.x_cache(), "HIT");
     p.shutdown().await;
 
     // The operator forwards Origin: it is keyed, so each Origin gets its own ACAO.

@@ -31,7 +31,7 @@ pub(super) const KEPT: usize = 65_536;
 pub(super) struct UrlPurges {
     /// Primary key hash -> the latest purge of it, in nanoseconds on the proxy's clock.
     by_url: HashMap<u64, u64>,
-    /// Marks in the order made (a URL purged twice is here twice; the older is stale).
+    /// URLs in the order first marked (each once).
     order: VecDeque<(u64, u64)>,
     /// Every disk object stored before this counts as purged.
     floor: u64,
@@ -58,20 +58,27 @@ impl UrlPurges {
         stored < self.floor || self.by_url.get(&url).is_some_and(|&at| stored < at)
     }
 
-    /// Records a purge of `url` at `at`, in memory.
+    /// Records a purge of `url` at `at`, in memory. A URL purged again keeps its one place in
+    /// the order (its mark moves forward), so purging one URL over and over never pushes other
+    /// marks into the floor.
     fn mark(&mut self, url: u64, at: u64) {
-        let latest = self.by_url.entry(url).or_insert(at);
-        *latest = (*latest).max(at);
-        self.order.push_back((url, at));
+        match self.by_url.get_mut(&url) {
+            Some(latest) => {
+                *latest = (*latest).max(at);
+                return;
+            }
+            None => {
+                self.by_url.insert(url, at);
+                self.order.push_back((url, at));
+            }
+        }
         while self.order.len() > self.kept {
             let Some((old, t)) = self.order.pop_front() else {
                 break;
             };
-            // Only the URL's latest mark leaves the map; either way the floor covers it.
-            if self.by_url.get(&old) == Some(&t) {
-                self.by_url.remove(&old);
-            }
-            self.floor = self.floor.max(t);
+            // The floor covers the URL's latest mark, whenever it was made.
+            let latest = self.by_url.remove(&old).unwrap_or(t);
+            self.floor = self.floor.max(latest);
         }
     }
 
@@ -172,6 +179,9 @@ impl UrlPurges {
             }
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "rewriting the URL purge log");
+                // Tried again only after as many more marks: a failing disk is not retried
+                // (with its syncs) on every purge.
+                self.lines = 0;
                 if self.log.is_none() {
                     self.log = open_append(&path);
                 }
@@ -213,6 +223,23 @@ mod tests {
         // A second purge moves the mark on.
         p.purge(&d, 7, 200);
         assert!(p.purged(7, 150));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn purging_one_url_over_and_over_folds_no_other_mark() {
+        let d = dir("repeat");
+        let mut p = UrlPurges::new(3);
+        p.load(&d, 0);
+        p.purge(&d, 1, 10);
+        p.purge(&d, 2, 20);
+        for i in 0..100_000u64 {
+            p.purge(&d, 3, 30 + i);
+        }
+        assert_eq!(p.floor, 0, "nothing folded");
+        assert_eq!(p.order.len(), 3);
+        assert!(p.purged(1, 9) && !p.purged(1, 10) && !p.purged(99, 0));
+        assert!(p.purged(3, 100_000) && !p.purged(3, 100_029));
         let _ = std::fs::remove_dir_all(&d);
     }
 

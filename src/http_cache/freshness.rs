@@ -61,11 +61,20 @@ impl Credentials {
         cookie: false,
     };
 
-    /// The credentials in `headers` (the fields the origin receives).
+    /// The credentials in `headers`.
     pub fn of(headers: &HeaderMap) -> Self {
         Credentials {
             authorization: headers.contains_key(header::AUTHORIZATION),
             cookie: headers.contains_key(header::COOKIE),
+        }
+    }
+
+    /// Those the origin receives: a field the forwarding rule drops carries nothing to it.
+    #[must_use]
+    pub fn forwarded(self, keeps: impl Fn(&HeaderName) -> bool) -> Self {
+        Credentials {
+            authorization: self.authorization && keeps(&header::AUTHORIZATION),
+            cookie: self.cookie && keeps(&header::COOKIE),
         }
     }
 }

@@ -100,12 +100,21 @@ impl Growing {
         Self::wake(&mut s);
     }
 
-    /// The body will not be whole: every reader's response is cut.
+    /// The body will not be whole: every reader's response is cut. No effect once it is whole.
     pub fn fail(&self, why: &'static str) {
         let mut s = self.state();
-        s.chunks = Vec::new();
-        s.end = End::Failed(why);
-        Self::wake(&mut s);
+        if matches!(s.end, End::Open) {
+            s.chunks = Vec::new();
+            s.end = End::Failed(why);
+            Self::wake(&mut s);
+        }
+    }
+
+    /// A handle for the fetch that fills this body: if it is dropped before the body ends
+    /// (the task cancelled, the runtime shutting down), readers are cut rather than left
+    /// waiting.
+    pub fn filler(self: &Arc<Self>) -> Filler {
+        Filler(Arc::clone(self))
     }
 
     /// A reader from the first byte.
@@ -115,6 +124,23 @@ impl Growing {
             chunk: 0,
             offset: 0,
         }
+    }
+}
+
+/// The fetch's end of a [`Growing`] body (see [`Growing::filler`]).
+pub struct Filler(Arc<Growing>);
+
+impl std::ops::Deref for Filler {
+    type Target = Growing;
+
+    fn deref(&self) -> &Growing {
+        &self.0
+    }
+}
+
+impl Drop for Filler {
+    fn drop(&mut self) {
+        self.0.fail("the fetch was abandoned");
     }
 }
 
@@ -234,5 +260,25 @@ mod tests {
         g.push(Bytes::from_static(b"67890"));
         assert!(read_all(r).await.is_err());
         assert!(read_all(g.reader()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn readers_are_cut_when_the_fetch_is_abandoned_and_not_after_it_ended() {
+        let g = Growing::new(4);
+        let r = g.reader();
+        let filler = g.filler();
+        filler.push(Bytes::from_static(b"ab"));
+        drop(filler);
+        assert!(
+            read_all(r).await.is_err(),
+            "a waiting reader is not left hanging"
+        );
+        let g = Growing::new(2);
+        let filler = g.filler();
+        filler.push(Bytes::from_static(b"ok"));
+        let whole = filler.assemble();
+        filler.finish(whole);
+        drop(filler);
+        assert_eq!(read_all(g.reader()).await.unwrap(), b"ok");
     }
 }

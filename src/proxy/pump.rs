@@ -190,9 +190,10 @@ impl Proxy {
         live: &Arc<Live>,
     ) -> ProxyBody {
         // Stored with a known length that the budget can reserve now: not paced by the client.
+        // Twice the length: the chunks readers share, and the one buffer stored at the end.
         let job = match (job, expected) {
             (Some(job), Some(n)) if n <= live.limits.max_object => {
-                match u32::try_from(n).ok().and_then(|n| {
+                match u32::try_from(n.saturating_mul(2)).ok().and_then(|n| {
                     Arc::clone(&live.store_budget)
                         .try_acquire_many_owned(n)
                         .ok()
@@ -283,7 +284,7 @@ impl Proxy {
         client_body.boxed()
     }
 
-    /// [`Proxy::pump`] for a body of `n` bytes being stored, `n` reserved from the store budget:
+    /// [`Proxy::pump`] for a body of `n` bytes being stored, `2n` reserved from the store budget:
     /// read at the origin's pace into a [`Growing`] body; the client's body and the leader's
     /// followers read from it.
     fn pump_shared(
@@ -305,6 +306,7 @@ impl Proxy {
             }));
         }
         let client_body = growing.reader();
+        let growing = growing.filler();
         let proxy = Arc::clone(self);
         let live = Arc::clone(live);
         tokio::spawn(async move {

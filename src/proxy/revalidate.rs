@@ -172,7 +172,9 @@ impl Proxy {
             let (mut rparts, _) = response.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
             if validates(&stored.headers.to_map(), &rparts.headers) {
-                let credentials = Credentials::of(&parts.headers);
+                let credentials = Credentials::of(&parts.headers).forwarded(|n| {
+                    super::check::Forwarding::new(&Method::GET, &live.forwarded).keeps(n)
+                });
                 let (refreshed, shared) =
                     self.refresh(key, &stored, &rparts.headers, credentials, live);
                 // Waiters get the refreshed object only if it was stored for everyone; else the
@@ -248,7 +250,9 @@ impl Proxy {
             intent: Intent::Admitted,
             leader,
             request_headers: parts.headers.clone(),
-            credentials: Credentials::of(&parts.headers),
+            credentials: Credentials::of(&parts.headers).forwarded(|n| {
+                super::check::Forwarding::new(&Method::GET, &live.forwarded).keeps(n)
+            }),
             upstream_head: false,
             client_head: parts.method == Method::HEAD,
             sight: true,
@@ -345,7 +349,9 @@ impl Proxy {
             // On behalf of the entry, not of the client who happened to find it stale: its
             // credentials stay out, and the answer is judged as an anonymous request's.
             let request = on_behalf_of_entry(&request, &stored.headers.to_map());
-            let credentials = Credentials::of(&request);
+            let credentials = Credentials::of(&request).forwarded(|n| {
+                super::check::Forwarding::new(&Method::GET, &live.forwarded).keeps(n)
+            });
             let headers = conditional_headers(&request, &stored.headers.to_map());
             let Ok(upstream) = upstream_request(
                 Method::GET,
@@ -442,17 +448,18 @@ impl Proxy {
     }
 
     /// Removes the objects stored under a primary key (all its variants, in both tiers);
-    /// returns how many memory held.
+    /// returns how many memory held. What an unsafe request calls: entries keyed on forwarded
+    /// fields are not looked for (that would scan the store on the request path) but marked,
+    /// so that lookups treat those stored before now as misses.
     fn remove_url(&self, primary: &str) -> u64 {
         if let Some(d) = self.disk() {
             d.tier.purge_url(primary, self.now());
         }
-        let exact = if self.may_have_keyed_entries(primary) {
-            ""
-        } else {
-            primary
-        };
-        self.purge_entries(exact, false, |k, _| is_key_or_variant(k, primary))
+        if self.may_have_keyed_entries(primary) {
+            self.keyed_invalidated
+                .insert(crate::hash::object_id(primary.as_bytes()), self.clock.now());
+        }
+        self.purge_entries(primary, false, |k, _| is_key_or_variant(k, primary))
     }
 
     /// Removes (`soft`: marks stale, so the next request revalidates) the stored objects a purge
