@@ -482,44 +482,67 @@ fn simulate_saves_a_warmed_filter_that_serve_loads() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-#[test]
-fn sighup_reloads_the_configuration_file() {
-    let file = std::env::temp_dir().join(format!("secondhit-sighup-{}.toml", std::process::id()));
+/// A configuration file for a `serve` child on free loopback ports, named for `test`.
+fn serve_config(test: &str) -> std::path::PathBuf {
+    let file = std::env::temp_dir().join(format!("secondhit-{test}-{}.toml", std::process::id()));
     std::fs::write(
         &file,
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\norigin = \"http://127.0.0.1:1\"\n",
     )
     .unwrap();
+    file
+}
+
+/// `serve --config file` as a child, once ready, with its admin listener's address.
+fn serve_child(file: &std::path::Path) -> (std::process::Child, String) {
     let mut child = std::process::Command::new(support::bin())
         .args(["serve", "--config"])
-        .arg(&file)
+        .arg(file)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let rx = stderr_lines(&mut child);
     let admin = wait_for(&rx, "(admin http://", '/');
-    let metrics = |admin: &str| {
-        let mut s = std::net::TcpStream::connect(admin).unwrap();
-        use std::io::{Read, Write};
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    };
-    assert!(metrics(&admin).contains("secondhit_config_reloads_total{result=\"ok\"} 0"));
-    let kill = |sig: &str| signal(&child, sig);
-    assert!(kill("-HUP").success());
-    let mut reloaded = false;
+    (child, admin)
+}
+
+/// `/metrics` from the admin listener at `admin`; `None` when nothing listens there.
+fn admin_metrics(admin: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(admin).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    Some(out)
+}
+
+/// Polls the admin listener (5 s at most) until the config has been reloaded once.
+fn reloaded_once(admin: &str, child: &mut std::process::Child) -> bool {
     for _ in 0..100 {
-        if metrics(&admin).contains("secondhit_config_reloads_total{result=\"ok\"} 1") {
-            reloaded = true;
-            break;
+        let Some(text) = admin_metrics(admin) else {
+            panic!("serve is gone: {:?}", child.try_wait());
+        };
+        if text.contains("secondhit_config_reloads_total{result=\"ok\"} 1") {
+            return true;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(reloaded, "SIGHUP reloaded the file");
-    assert!(kill("-TERM").success());
+    false
+}
+
+#[test]
+fn sighup_reloads_the_configuration_file() {
+    let file = serve_config("sighup");
+    let (mut child, admin) = serve_child(&file);
+    let before = admin_metrics(&admin).expect("serving");
+    assert!(before.contains("secondhit_config_reloads_total{result=\"ok\"} 0"));
+    assert!(signal(&child, "-HUP").success());
+    assert!(
+        reloaded_once(&admin, &mut child),
+        "SIGHUP reloaded the file"
+    );
+    assert!(signal(&child, "-TERM").success());
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     std::fs::remove_file(file).unwrap();
@@ -532,44 +555,13 @@ fn sighup_reloads_the_configuration_file() {
 #[cfg(unix)]
 #[test]
 fn signals_sent_as_soon_as_serve_is_ready_find_their_handlers() {
-    let file = std::env::temp_dir().join(format!("secondhit-early-{}.toml", std::process::id()));
-    std::fs::write(
-        &file,
-        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\norigin = \"http://127.0.0.1:1\"\n",
-    )
-    .unwrap();
+    let file = serve_config("early");
     for round in 0..4 {
-        let mut child = std::process::Command::new(support::bin())
-            .args(["serve", "--config"])
-            .arg(&file)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let rx = stderr_lines(&mut child);
-        let admin = wait_for(&rx, "(admin http://", '/');
+        let (mut child, admin) = serve_child(&file);
         assert!(signal(&child, "-HUP").success());
         assert!(signal(&child, "-USR1").success());
-        let mut reloaded = false;
-        for _ in 0..100 {
-            use std::io::{Read, Write};
-            let Ok(mut s) = std::net::TcpStream::connect(&admin) else {
-                panic!(
-                    "round {round}: serve died after an early signal: {:?}",
-                    child.try_wait()
-                );
-            };
-            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-                .unwrap();
-            let mut out = String::new();
-            let _ = s.read_to_string(&mut out);
-            if out.contains("secondhit_config_reloads_total{result=\"ok\"} 1") {
-                reloaded = true;
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
         assert!(
-            reloaded,
+            reloaded_once(&admin, &mut child),
             "round {round}: the early SIGHUP reloaded the file"
         );
         assert!(signal(&child, "-TERM").success());
