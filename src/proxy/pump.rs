@@ -15,8 +15,9 @@
 //! A body of known length that is being stored, and whose length the store budget can reserve
 //! at once, is not paced by any client: the pump reads it at the origin's pace into a
 //! [`Growing`] body that the client and every coalesced follower read at their own pace (so one
-//! client that stops reading holds nobody else up). Its memory is the body itself, once, within
-//! `max_object_size` and the store budget.
+//! client that stops reading holds nobody else up). Its memory is the body's chunks, shared by
+//! every reader, and at the end the stored copy: twice its length, reserved from the store
+//! budget before it starts, within `max_object_size`.
 //!
 //! A body announced at no more than [`READ_AHEAD`] bytes skips the task: it is read whole in the
 //! request's own task (within `first_byte` per frame, as the pump would) and answered as one
