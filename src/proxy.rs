@@ -240,8 +240,9 @@ pub struct Proxy {
     /// The flash tier, if `[cache.disk]` has a directory.
     disk: Option<Arc<DiskPart>>,
     /// The URLs (object ids of primary keys) that may have entries keyed on forwarded fields
-    /// (`URL\nfield:value`): a purge or an invalidation of such a URL looks for them all; any
-    /// other URL is removed by its key alone, with no scan.
+    /// (`URL\nfield:value`): an admin purge of such a URL looks for them all, and an unsafe
+    /// request marks them ([`Proxy::keyed_invalidated`]); any other URL is removed by its key
+    /// alone, with no scan.
     keyed_urls: crate::bloom::Bloom,
     /// When an unsafe request last invalidated a URL's keyed entries (by the object id of its
     /// primary key): a keyed entry stored before then is a miss. The request path never scans
