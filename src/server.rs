@@ -173,55 +173,62 @@ fn restart_notes(old: &ValidConfig, new: &ValidConfig) -> Vec<String> {
             notes.push(format!("{what} changed: takes effect at the next restart"));
         }
     };
-    check(old.listen != new.listen, "listen");
-    check(old.workers != new.workers, "workers");
-    check(old.admin_listen != new.admin_listen, "admin_listen");
-    check(
-        old.tls.plain_listen != new.tls.plain_listen,
-        "tls.plain_listen",
+    // Each field by its path in the file, compared old against new.
+    macro_rules! fields {
+        ($($first:ident $(. $rest:ident)*),* $(,)?) => {
+            $(check(
+                old.$first$(.$rest)* != new.$first$(.$rest)*,
+                concat!(stringify!($first) $(, ".", stringify!($rest))*),
+            );)*
+        };
+    }
+    fields!(
+        listen,
+        workers,
+        admin_listen,
+        tls.plain_listen,
+        limits.max_connections,
+        limits.max_header_bytes,
+        limits.max_headers,
+        limits.max_connections_per_ip,
+        limits.max_h2_streams,
+        // Each connection's budget is sized when it is accepted, by the listener as started.
+        limits.stream_buffer_bytes,
+        timeouts.client_header,
+        timeouts.client_send,
+        timeouts.client_idle,
+        timeouts.shutdown_grace,
+        state_dir,
+        cache.disk,
+        admission.disk,
+        log.level,
     );
-    check(
-        old.limits.max_connections != new.limits.max_connections,
-        "limits.max_connections",
-    );
-    check(
-        old.limits.max_header_bytes != new.limits.max_header_bytes,
-        "limits.max_header_bytes",
-    );
-    check(
-        old.limits.max_headers != new.limits.max_headers,
-        "limits.max_headers",
-    );
-    check(
-        old.timeouts.client_header != new.timeouts.client_header,
-        "timeouts.client_header",
-    );
-    check(
-        old.limits.max_connections_per_ip != new.limits.max_connections_per_ip,
-        "limits.max_connections_per_ip",
-    );
-    check(
-        old.limits.max_h2_streams != new.limits.max_h2_streams,
-        "limits.max_h2_streams",
-    );
-    check(
-        old.timeouts.client_send != new.timeouts.client_send,
-        "timeouts.client_send",
-    );
-    check(
-        old.timeouts.client_idle != new.timeouts.client_idle,
-        "timeouts.client_idle",
-    );
-    check(
-        old.timeouts.shutdown_grace != new.timeouts.shutdown_grace,
-        "timeouts.shutdown_grace",
-    );
-    check(old.state_dir != new.state_dir, "state_dir");
-    check(old.cache.disk != new.cache.disk, "cache.disk");
-    check(old.admission.disk != new.admission.disk, "admission.disk");
     check(old.admin_token() != new.admin_token(), "admin_token");
-    check(old.log.level != new.log.level, "log.level");
     notes
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn fields_fixed_per_listener_are_named_by_their_path() {
+        let parse = |t: &str| Config::from_toml(t).and_then(Config::validate).unwrap();
+        let old = parse("origin = \"http://127.0.0.1:1\"");
+        let new = parse(
+            "origin = \"http://127.0.0.1:1\"\n[limits]\nmax_h2_streams = 8\nstream_buffer_bytes = \"64KiB\"\n[timeouts]\nclient_idle = \"5s\"",
+        );
+        assert_eq!(
+            restart_notes(&old, &new),
+            [
+                "limits.max_h2_streams changed: takes effect at the next restart",
+                "limits.stream_buffer_bytes changed: takes effect at the next restart",
+                "timeouts.client_idle changed: takes effect at the next restart",
+            ]
+        );
+        assert!(restart_notes(&old, &old).is_empty());
+    }
 }
 
 /// Binds both listeners and starts serving (without a configuration file to reload).
