@@ -106,11 +106,19 @@ mod tests {
     }
 
     fn run(intent: Intent, r: &(StatusCode, HeaderMap, Option<u64>)) -> Classified {
+        run_framed(intent, r, false)
+    }
+
+    fn run_framed(
+        intent: Intent,
+        r: &(StatusCode, HeaderMap, Option<u64>),
+        close_delimited: bool,
+    ) -> Classified {
         let response = ResponseHead {
             status: r.0,
             headers: &r.1,
             length: r.2,
-            close_delimited: false,
+            close_delimited,
         };
         classify(
             intent,
@@ -148,22 +156,9 @@ mod tests {
 
     #[test]
     fn a_body_to_the_close_is_never_stored() {
-        let (status, headers, _) = head(200, "max-age=60", None);
+        let response = head(200, "max-age=60", None);
         for intent in [Intent::Admitted, Intent::Deferred] {
-            let response = ResponseHead {
-                status,
-                headers: &headers,
-                length: None,
-                close_delimited: true,
-            };
-            let c = classify(
-                intent,
-                response,
-                Credentials::NONE,
-                &StoreRules::default(),
-                1000,
-                SystemTime::UNIX_EPOCH,
-            );
+            let c = run_framed(intent, &response, true);
             assert_eq!((c.outcome, c.store), (Outcome::Bypass, None));
             assert_eq!(
                 c.status.render(),
