@@ -18,20 +18,8 @@ use libmimalloc_sys::{
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
 
-/// mimalloc as the global allocator (`#[global_allocator]` in the binary).
-///
-/// ```
-/// use secondhit::alloc::MiMalloc;
-/// use std::alloc::{GlobalAlloc, Layout};
-///
-/// let layout = Layout::from_size_align(1_500, 8).unwrap();
-/// // SAFETY: the layout has a non-zero size; the block is freed with the same layout.
-/// unsafe {
-///     let p = MiMalloc.alloc(layout);
-///     assert!(!p.is_null() && p as usize % 8 == 0);
-///     MiMalloc.dealloc(p, layout);
-/// }
-/// ```
+/// mimalloc as the global allocator (`#[global_allocator]` in `main.rs`; the unit tests below
+/// call it directly, layout by layout).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MiMalloc;
 

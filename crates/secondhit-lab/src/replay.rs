@@ -1,0 +1,623 @@
+//! Live replay: a trace as HTTP requests against any cache, measuring what it achieves.
+//!
+//! Each request becomes `GET <target>/k/<32 hex digits of the key hash>?size=<bytes>`, the URL
+//! form `secondhit origin` serves, so a cache in front of that origin can be checked byte for
+//! byte. Hits are read from `X-Cache: HIT` and, for caches that send no such header (nginx,
+//! Varnish), from the origin's own counters (`/_stats`). At concurrency 1 the requests go in
+//! trace order, one at a time.
+
+use crate::origin_server::{verify, OriginStats};
+use crate::sim::Progress;
+use crate::trace::{Request as TraceRequest, TraceError};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http::{StatusCode, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use secondhit_proxy::metrics::latency_histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Mutex};
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// Reading the trace failed.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// `concurrency` 0.
+    #[error("concurrency must be at least 1")]
+    Concurrency,
+    /// A target that is not `http://host:port`.
+    #[error("target {0} must be http://host:port")]
+    Target(Uri),
+    /// A rate or speed that is not a positive number.
+    #[error("{name} must be a positive number, got {value}")]
+    Pace {
+        /// `rate` or `speed`.
+        name: &'static str,
+        /// The value.
+        value: f64,
+    },
+    /// A worker or the trace reader panicked (a bug); its requests would be missing from the
+    /// figures, so there are none.
+    #[error("the replay's {thread} panicked: {message}")]
+    Panicked {
+        /// Which one.
+        thread: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+/// Why one replayed request failed: the `errors_by_kind` keys of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Failure {
+    /// The URL could not be built.
+    Url,
+    /// No connection to the target.
+    Connect,
+    /// The request failed before a response.
+    Request,
+    /// The body broke off.
+    Body,
+    /// A status other than 200.
+    Status(u16),
+    /// No complete answer within the timeout.
+    Timeout,
+}
+
+impl Failure {
+    /// The label: `connect`, `status-503`, ...
+    pub fn label(self) -> String {
+        match self {
+            Failure::Url => "url".into(),
+            Failure::Connect => "connect".into(),
+            Failure::Request => "request".into(),
+            Failure::Body => "body".into(),
+            Failure::Status(code) => format!("status-{code}"),
+            Failure::Timeout => "timeout".into(),
+        }
+    }
+}
+
+/// How to replay.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// The cache (or origin) to drive: `http://host:port`.
+    pub target: Uri,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// At most this many requests a second (`None`: as fast as answers come).
+    pub rate: Option<f64>,
+    /// Follow the trace's timestamps, sped up this many times (`None`: ignore them).
+    pub speed: Option<f64>,
+    /// Replay only the first N requests (after `skip`).
+    pub limit: Option<u64>,
+    /// Start after the trace's first N requests (never sent): replay a trace in parts.
+    pub skip: u64,
+    /// Leave the first N requests out of the figures (they still warm the cache).
+    pub warmup: u64,
+    /// The origin's `/_stats` URL, to count what reached the origin.
+    pub origin_stats: Option<Uri>,
+    /// Per-request timeout, headers and body.
+    pub timeout: Duration,
+    /// Stop sending new requests after this long (`None`: run to the end of the trace).
+    pub duration: Option<Duration>,
+}
+
+impl ReplayOptions {
+    /// Defaults for `target`: concurrency 16, no pacing, 30 s timeout.
+    pub fn new(target: Uri) -> Self {
+        ReplayOptions {
+            target,
+            concurrency: 16,
+            rate: None,
+            speed: None,
+            limit: None,
+            skip: 0,
+            warmup: 0,
+            origin_stats: None,
+            timeout: Duration::from_secs(30),
+            duration: None,
+        }
+    }
+}
+
+/// Latency percentiles, in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+    /// Mean.
+    pub mean: f64,
+    /// Samples.
+    pub count: u64,
+}
+
+impl Latency {
+    fn of(h: &Histogram<u64>) -> Latency {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Latency {
+            p50: ms(h.value_at_quantile(0.5)),
+            p90: ms(h.value_at_quantile(0.9)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+            mean: h.mean() / 1000.0,
+            count: h.len(),
+        }
+    }
+}
+
+/// What a replay measured. Ratios are fractions in [0, 1]; sizes are bytes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// Requests measured (after the warm-up).
+    pub requests: u64,
+    /// Responses with `X-Cache: HIT`.
+    pub hits: u64,
+    /// `hits / requests`.
+    pub hit_ratio: f64,
+    /// Bytes of `HIT` responses over all bytes requested.
+    pub byte_hit_ratio: f64,
+    /// Bytes requested (the trace's sizes).
+    pub requested_bytes: u64,
+    /// Requests the origin saw during the measured part (with `origin_stats`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin_requests: Option<u64>,
+    /// Body bytes the origin sent during the measured part (with `origin_stats`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin_bytes: Option<u64>,
+    /// `1 - origin_requests / requests`: the hit ratio as the origin sees it, for caches that
+    /// send no `X-Cache`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin_offload: Option<f64>,
+    /// Failed requests (connect, timeout, non-2xx status, broken body).
+    pub errors: u64,
+    /// Failures by kind.
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Responses whose body was not the object's content or length: must be 0.
+    pub corrupted: u64,
+    /// Responses by `X-Cache` value (`none` when absent).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Measured requests per second of wall time.
+    pub requests_per_sec: f64,
+    /// Wall time of the measured part, in seconds.
+    pub duration_secs: f64,
+    /// Latency of whole responses (headers and body), all requests.
+    pub latency_ms: Latency,
+    /// Latency by `X-Cache` value.
+    pub latency_by_outcome: BTreeMap<String, Latency>,
+}
+
+/// The URL path of a trace request.
+pub fn path_of(r: &TraceRequest) -> String {
+    format!("/k/{:032x}", r.key.raw())
+}
+
+#[derive(Default)]
+struct Tally {
+    requests: u64,
+    hits: u64,
+    hit_bytes: u64,
+    requested_bytes: u64,
+    errors: BTreeMap<String, u64>,
+    corrupted: u64,
+    outcomes: BTreeMap<String, u64>,
+    latency: Option<Histogram<u64>>,
+    by_outcome: BTreeMap<String, Histogram<u64>>,
+}
+
+impl Tally {
+    fn merge(&mut self, o: Tally) {
+        self.requests += o.requests;
+        self.hits += o.hits;
+        self.hit_bytes += o.hit_bytes;
+        self.requested_bytes += o.requested_bytes;
+        self.corrupted += o.corrupted;
+        for (k, v) in o.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
+        for (k, v) in o.outcomes {
+            *self.outcomes.entry(k).or_default() += v;
+        }
+        if let Some(h) = o.latency {
+            let _ = self.latency.get_or_insert_with(latency_histogram).add(&h);
+        }
+        for (k, h) in o.by_outcome {
+            let _ = self
+                .by_outcome
+                .entry(k)
+                .or_insert_with(latency_histogram)
+                .add(&h);
+        }
+    }
+}
+
+async fn origin_stats(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    url: &Uri,
+) -> Option<OriginStats> {
+    let resp = client.get(url.clone()).await.ok()?;
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    serde_json::from_slice(&body).ok()
+}
+
+/// Replays `requests` against the target. Trace reading runs on its own thread; `progress`
+/// hears of every completed request.
+pub async fn run(
+    requests: impl Iterator<Item = Result<TraceRequest, TraceError>> + Send + 'static,
+    options: &ReplayOptions,
+    progress: &dyn Progress,
+) -> Result<ReplayReport, ReplayError> {
+    if options.concurrency == 0 {
+        return Err(ReplayError::Concurrency);
+    }
+    if options.target.scheme_str() != Some("http") || options.target.authority().is_none() {
+        return Err(ReplayError::Target(options.target.clone()));
+    }
+    for (name, v) in [("rate", options.rate), ("speed", options.speed)] {
+        if let Some(value) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(ReplayError::Pace { name, value });
+        }
+    }
+    let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(options.concurrency)
+        .build_http();
+
+    // The reader thread feeds (index, request) in trace order; a read error ends the replay.
+    let (tx, rx) = mpsc::channel::<(u64, TraceRequest)>(4096);
+    let limit = options.limit.unwrap_or(u64::MAX);
+    let skip = options.skip;
+    let reader = std::thread::spawn(move || -> Result<(), TraceError> {
+        for (n, r) in requests.enumerate() {
+            let i = (n as u64).wrapping_sub(skip);
+            if n as u64 >= skip && i >= limit {
+                break;
+            }
+            // Skipped requests are still read (and a bad record among them reported).
+            let r = r?;
+            if (n as u64) < skip {
+                continue;
+            }
+            if tx.blocking_send((i, r)).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    let rx = Arc::new(Mutex::new(rx));
+    // Dropping the receiver (all workers done) stops the reader thread at its next send.
+    let done = Arc::new(AtomicU64::new(0));
+    let measured_start: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let origin_before: Arc<Mutex<Option<OriginStats>>> = Arc::default();
+    let start = Instant::now();
+    let first_time: Arc<std::sync::Mutex<Option<Duration>>> = Arc::default();
+    // Warm-up requests answered so far, and whether measuring has begun: no measured request is
+    // sent before every warm-up request is answered and the origin's counters are read, so
+    // neither side of the snapshot leaks into the other.
+    let warm_done = Arc::new(AtomicU64::new(0));
+    let (measuring_tx, measuring_rx) = tokio::sync::watch::channel(options.warmup == 0);
+    let measuring_tx = Arc::new(measuring_tx);
+    if options.warmup == 0 {
+        // Nothing to warm: the counters are read before the first request goes out.
+        if let Some(url) = &options.origin_stats {
+            *origin_before.lock().await = origin_stats(&client, url).await;
+        }
+        *measured_start.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+    let target = options.target.to_string().trim_end_matches('/').to_string();
+
+    let mut workers = Vec::new();
+    for _ in 0..options.concurrency {
+        let (rx, client, done) = (rx.clone(), client.clone(), done.clone());
+        let (target, opts) = (target.clone(), options.clone());
+        let (measured_start, origin_before, first_time) = (
+            measured_start.clone(),
+            origin_before.clone(),
+            first_time.clone(),
+        );
+        let (warm_done, measuring_tx, mut measuring_rx) = (
+            warm_done.clone(),
+            measuring_tx.clone(),
+            measuring_rx.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut t = Tally::default();
+            loop {
+                if opts.duration.is_some_and(|d| start.elapsed() >= d) {
+                    break;
+                }
+                let next = rx.lock().await.recv().await;
+                let Some((i, r)) = next else { break };
+                // Pacing: by rate, or by the trace's clock.
+                if let Some(rate) = opts.rate {
+                    tokio::time::sleep_until(
+                        (start + Duration::from_secs_f64(i as f64 / rate)).into(),
+                    )
+                    .await;
+                } else if let Some(speed) = opts.speed {
+                    let t0 = *first_time
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(r.time);
+                    let at = r.time.saturating_sub(t0).div_f64(speed);
+                    tokio::time::sleep_until((start + at).into()).await;
+                }
+                if i == opts.warmup && opts.warmup > 0 {
+                    // The first measured request: once the warm-up is answered, snapshot the
+                    // origin's counters and the clock, then let the measured requests go.
+                    while warm_done.load(Relaxed) < opts.warmup {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    if let Some(url) = &opts.origin_stats {
+                        *origin_before.lock().await = origin_stats(&client, url).await;
+                    }
+                    *measured_start.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(Instant::now());
+                    let _ = measuring_tx.send(true);
+                } else if i > opts.warmup {
+                    let _ = measuring_rx.wait_for(|m| *m).await;
+                }
+                let measured = i >= opts.warmup;
+                let path = path_of(&r);
+                let url = format!("{target}{path}?size={}", r.size);
+                let sent = Instant::now();
+                let outcome = fetch(&client, &url, &path, r.size, opts.timeout).await;
+                let us = u64::try_from(sent.elapsed().as_micros())
+                    .unwrap_or(u64::MAX)
+                    .max(1);
+                done.fetch_add(1, Relaxed);
+                if !measured {
+                    warm_done.fetch_add(1, Relaxed);
+                    continue;
+                }
+                t.requests += 1;
+                t.requested_bytes += r.size;
+                let label = match outcome {
+                    Ok((x_cache, ok)) => {
+                        if !ok {
+                            t.corrupted += 1;
+                        }
+                        if x_cache == "HIT" {
+                            t.hits += 1;
+                            t.hit_bytes += r.size;
+                        }
+                        x_cache
+                    }
+                    Err(kind) => {
+                        *t.errors.entry(kind.label()).or_default() += 1;
+                        "error".to_string()
+                    }
+                };
+                let _ = t.latency.get_or_insert_with(latency_histogram).record(us);
+                let _ = t
+                    .by_outcome
+                    .entry(label.clone())
+                    .or_insert_with(latency_histogram)
+                    .record(us);
+                *t.outcomes.entry(label).or_default() += 1;
+            }
+            t
+        }));
+    }
+
+    // Only the workers hold the receiver now: when they stop (trace end or `duration`), the
+    // reader thread's next send fails and it ends.
+    drop(rx);
+    let total = options.limit;
+    progress.begin("replaying", total);
+    let mut reported = 0;
+    let all = futures_join(workers);
+    tokio::pin!(all);
+    let tallies = loop {
+        tokio::select! {
+            t = &mut all => break t,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                let d = done.load(Relaxed);
+                progress.advance(d - reported);
+                reported = d;
+            }
+        }
+    };
+    progress.advance(done.load(Relaxed) - reported);
+    progress.end();
+    let elapsed = measured_start
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .map_or(Duration::ZERO, |s| s.elapsed());
+    match reader.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(ReplayError::Trace(e)),
+        Err(p) => {
+            return Err(ReplayError::Panicked {
+                thread: "trace reader",
+                message: crate::sim::panic_message(p),
+            })
+        }
+    }
+    let mut tally = Tally::default();
+    for t in tallies? {
+        tally.merge(t);
+    }
+    let (origin_requests, origin_bytes) = match &options.origin_stats {
+        Some(url) => {
+            let after = origin_stats(&client, url).await;
+            let before = origin_before.lock().await.clone();
+            match (before, after) {
+                (Some(b), Some(a)) => (
+                    Some(a.requests.saturating_sub(b.requests)),
+                    Some(a.bytes.saturating_sub(b.bytes)),
+                ),
+                _ => (None, None),
+            }
+        }
+        None => (None, None),
+    };
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    Ok(ReplayReport {
+        requests: tally.requests,
+        hits: tally.hits,
+        hit_ratio: ratio(tally.hits, tally.requests),
+        byte_hit_ratio: ratio(tally.hit_bytes, tally.requested_bytes),
+        requested_bytes: tally.requested_bytes,
+        origin_requests,
+        origin_bytes,
+        origin_offload: origin_requests.map(|o| 1.0 - ratio(o, tally.requests)),
+        errors: tally.errors.values().sum(),
+        errors_by_kind: tally.errors,
+        corrupted: tally.corrupted,
+        outcomes: tally.outcomes,
+        requests_per_sec: tally.requests as f64 / elapsed.as_secs_f64().max(1e-9),
+        duration_secs: elapsed.as_secs_f64(),
+        latency_ms: tally.latency.as_ref().map(Latency::of).unwrap_or_default(),
+        latency_by_outcome: tally
+            .by_outcome
+            .iter()
+            .map(|(k, h)| (k.clone(), Latency::of(h)))
+            .collect(),
+    })
+}
+
+/// Every worker's tally, or the first worker's panic: a missing tally would make the figures
+/// lie, so there are none then.
+async fn futures_join(
+    workers: Vec<tokio::task::JoinHandle<Tally>>,
+) -> Result<Vec<Tally>, ReplayError> {
+    let mut out = Vec::with_capacity(workers.len());
+    for w in workers {
+        match w.await {
+            Ok(t) => out.push(t),
+            Err(e) => {
+                return Err(ReplayError::Panicked {
+                    thread: "worker",
+                    message: if e.is_panic() {
+                        crate::sim::panic_message(e.into_panic())
+                    } else {
+                        e.to_string()
+                    },
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One request: `Ok((x-cache value, body verified))` or `Err(kind of failure)`.
+async fn fetch(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    url: &str,
+    path: &str,
+    size: u64,
+    timeout: Duration,
+) -> Result<(String, bool), Failure> {
+    let uri: Uri = url.parse().map_err(|_| Failure::Url)?;
+    let work = async {
+        let resp = client.get(uri).await.map_err(|e| {
+            if e.is_connect() {
+                Failure::Connect
+            } else {
+                Failure::Request
+            }
+        })?;
+        let status = resp.status();
+        let x_cache = resp
+            .headers()
+            .get("x-cache")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none")
+            .to_ascii_uppercase();
+        let x_cache = if x_cache == "NONE" {
+            "none".to_string()
+        } else {
+            x_cache
+        };
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|_| Failure::Body)?
+            .to_bytes();
+        if status != StatusCode::OK {
+            return Err(Failure::Status(status.as_u16()));
+        }
+        Ok((x_cache, body.len() as u64 == size && verify(path, 0, &body)))
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(Failure::Timeout),
+    }
+}
+
+impl ReplayReport {
+    /// A readable summary.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let pct = |x: f64| format!("{:.2} %", x * 100.0);
+        let _ = writeln!(
+            s,
+            "requests        {}",
+            secondhit_proxy::units::count(self.requests)
+        );
+        let _ = writeln!(
+            s,
+            "hit ratio       {} ({} hits)",
+            pct(self.hit_ratio),
+            secondhit_proxy::units::count(self.hits)
+        );
+        let _ = writeln!(s, "byte hit ratio  {}", pct(self.byte_hit_ratio));
+        if let (Some(o), Some(off)) = (self.origin_requests, self.origin_offload) {
+            let _ = writeln!(
+                s,
+                "origin requests {} (offload {})",
+                secondhit_proxy::units::count(o),
+                pct(off)
+            );
+        }
+        let outcomes: Vec<String> = self
+            .outcomes
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "X-Cache         {}", outcomes.join(", "));
+        let _ = writeln!(
+            s,
+            "errors          {} {:?}",
+            self.errors, self.errors_by_kind
+        );
+        let _ = writeln!(s, "corrupted       {}", self.corrupted);
+        let _ = writeln!(
+            s,
+            "throughput      {:.0} requests/s over {:.2} s",
+            self.requests_per_sec, self.duration_secs
+        );
+        let l = &self.latency_ms;
+        let _ = writeln!(
+            s,
+            "latency (ms)    p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
+            l.p50, l.p90, l.p99, l.p999, l.max
+        );
+        for (k, l) in &self.latency_by_outcome {
+            let _ = writeln!(
+                s,
+                "  {k:<13} p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  ({} requests)",
+                l.p50, l.p90, l.p99, l.p999, l.max, l.count
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,192 @@
+//! One simulated cache: an admission policy in front of a store of keys and sizes, and its
+//! counts. The simulator's runs are lanes (one per node of a simulated cluster), and so are
+//! `serve`'s shadow policies: the same step, whether the requests come from a trace or from the
+//! live proxy.
+
+use crate::{Access, Eviction, MokaStore, SimStore, StoreKind};
+use secondhit_admission::admission::{Admission, Policy, PolicyError, Settings};
+use std::time::Duration;
+
+/// Why a lane could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneError {
+    /// A policy could not be built.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// `tinylfu` asked of the exact store.
+    #[error("eviction tinylfu exists only in the moka store: add --store moka, or use lru")]
+    TinyLfuNeedsMoka,
+}
+
+/// A lane's counts. Sizes are bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Requests stepped.
+    pub requests: u64,
+    /// Their bytes.
+    pub requested_bytes: u64,
+    /// Requests the store answered.
+    pub hits: u64,
+    /// Their bytes.
+    pub hit_bytes: u64,
+    /// Misses the policy admitted that fit in the cache: cache writes.
+    pub admissions: u64,
+    /// Bytes of those writes.
+    pub admitted_bytes: u64,
+    /// Admitted objects the store refused (moka's TinyLFU, or an eviction's own rule).
+    pub rejections: u64,
+    /// For approximate policies: admissions the exact counterpart would not have made.
+    pub extra: u64,
+    /// For approximate policies: admissions the exact counterpart would have made.
+    pub missed: u64,
+}
+
+impl Counts {
+    /// The sum of two lanes' counts.
+    pub fn add(&mut self, o: &Counts) {
+        self.requests += o.requests;
+        self.requested_bytes += o.requested_bytes;
+        self.hits += o.hits;
+        self.hit_bytes += o.hit_bytes;
+        self.admissions += o.admissions;
+        self.admitted_bytes += o.admitted_bytes;
+        self.rejections += o.rejections;
+        self.extra += o.extra;
+        self.missed += o.missed;
+    }
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The store had it.
+    Hit,
+    /// A miss the policy admitted and the store kept.
+    Written,
+    /// A miss the policy admitted that the store refused, that is larger than the cache, or
+    /// whose response could not be stored.
+    Refused,
+    /// A miss the policy deferred.
+    Deferred,
+}
+
+/// An admission policy in front of a store, with its counts.
+///
+/// # Example
+/// ```
+/// use secondhit_admission::admission::{Policy, Settings};
+/// use secondhit_store::{Access, Eviction, Lane, Step, StoreKind};
+/// use std::time::Duration;
+///
+/// let mut lane = Lane::new(Policy::SecondHit, Eviction::Lru, StoreKind::Exact, 100,
+///     &Settings::default(), false).unwrap();
+/// let a = Access::new(7, 10, 0);
+/// assert_eq!(lane.step(&a, Duration::ZERO), Step::Deferred);
+/// assert_eq!(lane.step(&a, Duration::ZERO), Step::Written);
+/// assert_eq!(lane.step(&a, Duration::ZERO), Step::Hit);
+/// assert_eq!(lane.counts().hits, 1);
+/// ```
+pub struct Lane {
+    store: Box<dyn SimStore>,
+    admission: Box<dyn Admission>,
+    /// The exact policy with the same windows, asked about the same misses.
+    counterpart: Option<Box<dyn Admission>>,
+    capacity: u64,
+    counts: Counts,
+}
+
+impl Lane {
+    /// An empty cache of `capacity` bytes: `policy` with `settings` in front of `eviction` in
+    /// `store`. With `counterpart`, an approximate policy's decisions are compared with its exact
+    /// counterpart's ([`Counts::extra`], [`Counts::missed`]).
+    pub fn new(
+        policy: Policy,
+        eviction: Eviction,
+        store: StoreKind,
+        capacity: u64,
+        settings: &Settings,
+        counterpart: bool,
+    ) -> Result<Lane, LaneError> {
+        let store: Box<dyn SimStore> = match store {
+            StoreKind::Exact => {
+                crate::exact(eviction, capacity).ok_or(LaneError::TinyLfuNeedsMoka)?
+            }
+            StoreKind::Moka => Box::new(MokaStore::new(capacity, eviction)),
+        };
+        let counterpart = match policy.exact_counterpart().filter(|_| counterpart) {
+            Some(p) => Some(settings.build(p)?),
+            None => None,
+        };
+        Ok(Lane {
+            store,
+            admission: settings.build(policy)?,
+            counterpart,
+            capacity,
+            counts: Counts::default(),
+        })
+    }
+
+    /// One request at `time` (the policy's clock).
+    #[inline]
+    pub fn step(&mut self, access: &Access, time: Duration) -> Step {
+        self.see(access, time, true)
+    }
+
+    /// One request at `time` whose response may not be storable (`storable: false`: a live
+    /// cache asked its policy but could not store the response, as for `no-store`): looked up
+    /// and, on a miss, put to the policy as any other, never written.
+    #[inline]
+    pub fn see(&mut self, access: &Access, time: Duration, storable: bool) -> Step {
+        let c = &mut self.counts;
+        c.requests += 1;
+        c.requested_bytes += access.size;
+        if self.store.get(access) {
+            c.hits += 1;
+            c.hit_bytes += access.size;
+            return Step::Hit;
+        }
+        let admit = self
+            .admission
+            .on_miss_sized(access.key, access.size, time)
+            .is_admit();
+        if let Some(exact) = &self.counterpart {
+            let exact = exact.on_miss(access.key, time).is_admit();
+            c.extra += u64::from(admit && !exact);
+            c.missed += u64::from(!admit && exact);
+        }
+        if !admit {
+            return Step::Deferred;
+        }
+        if !storable || access.size > self.capacity {
+            return Step::Refused;
+        }
+        c.admissions += 1;
+        c.admitted_bytes += access.size;
+        if self.store.put(access) {
+            Step::Written
+        } else {
+            c.rejections += 1;
+            Step::Refused
+        }
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+
+    /// The admission policy.
+    pub fn admission(&self) -> &dyn Admission {
+        &*self.admission
+    }
+
+    /// Whether the counterpart comparison runs.
+    pub fn compares(&self) -> bool {
+        self.counterpart.is_some()
+    }
+
+    /// Bytes stored.
+    pub fn used_bytes(&self) -> u64 {
+        self.store.used_bytes()
+    }
+}

@@ -1,0 +1,113 @@
+//! The trace commands: `trace-stats`, `trace-convert` and `gen-trace`.
+
+use super::args::{GenTraceArgs, TraceConvertArgs, TraceStatsArgs};
+use anyhow::Context;
+use secondhit::trace::{self, synth};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+pub(crate) fn trace_stats(args: TraceStatsArgs) -> anyhow::Result<()> {
+    let reader = trace::open(&args.file, args.input.format()?.as_ref())?;
+    let stats = trace::stats::collect(reader)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &stats)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "{}", args.file.display())?;
+        write!(out, "{}", stats.to_text())?;
+    }
+    Ok(())
+}
+
+/// Creates `path`, compressing by its extension (.gz, .zst).
+pub(crate) fn create_output(path: &Path) -> anyhow::Result<Box<dyn Write>> {
+    let file = BufWriter::with_capacity(
+        1 << 20,
+        File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+    );
+    Ok(match path.extension().and_then(|e| e.to_str()) {
+        Some("gz") => Box::new(flate2::write::GzEncoder::new(
+            file,
+            flate2::Compression::default(),
+        )),
+        Some("zst") => Box::new(zstd::stream::write::Encoder::new(file, 3)?.auto_finish()),
+        Some(ext @ ("xz" | "bz2")) => {
+            anyhow::bail!(
+                "{}: writing .{ext} is not supported; use .gz, .zst or none",
+                path.display()
+            )
+        }
+        _ => Box::new(file),
+    })
+}
+
+pub(crate) fn trace_convert(args: TraceConvertArgs) -> anyhow::Result<()> {
+    let format = args.input.format()?;
+    let source = trace::Source::file(&args.file, format);
+    let next = trace::convert::next_accesses(source.open()?)?;
+    let mut out = create_output(&args.out)?;
+    let done =
+        trace::convert::to_oracle_general(source.open()?, &next, &mut out).with_context(|| {
+            format!(
+                "converting {} to {}",
+                args.file.display(),
+                args.out.display()
+            )
+        })?;
+    out.flush()
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    drop(out);
+    eprintln!(
+        "wrote {} requests of {} objects to {}",
+        secondhit::units::count(done.requests),
+        secondhit::units::count(done.objects),
+        args.out.display()
+    );
+    if done.clamped_sizes > 0 {
+        eprintln!(
+            "warning: {} requests were larger than 4 GiB and were written as 4 GiB - 1 (the format's u32)",
+            secondhit::units::count(done.clamped_sizes)
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn gen_trace(args: GenTraceArgs) -> anyhow::Result<()> {
+    let format = match args.format.as_deref() {
+        Some("webcachesim") => synth::OutputFormat::Webcachesim,
+        Some("oracle-general") => synth::OutputFormat::OracleGeneral,
+        Some(other) => anyhow::bail!("--format {other:?}: expected webcachesim or oracle-general"),
+        None if args
+            .out
+            .to_string_lossy()
+            .to_ascii_lowercase()
+            .contains("oraclegeneral") =>
+        {
+            synth::OutputFormat::OracleGeneral
+        }
+        None => synth::OutputFormat::Webcachesim,
+    };
+    let spec = synth::Spec {
+        objects: args.objects,
+        requests: args.requests,
+        alpha: args.alpha,
+        one_time_share: args.one_time_share,
+        sizes: args.sizes.parse().map_err(anyhow::Error::msg)?,
+        rate: args.rate,
+        seed: args.seed,
+    };
+    spec.validate().map_err(anyhow::Error::msg)?;
+    let mut out = create_output(&args.out)?;
+    let n = spec
+        .write(format, &mut out)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    drop(out);
+    eprintln!(
+        "wrote {} requests to {}",
+        secondhit::units::count(n),
+        args.out.display()
+    );
+    Ok(())
+}
