@@ -15,13 +15,21 @@ use http::{StatusCode, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use secondhit_proxy::metrics::latency_histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Mutex};
+
+/// The replayer's latency histogram: microseconds from 1 µs to 1 h at 3 significant digits
+/// (larger values saturate when recorded with `saturating_record`): exact percentiles of one
+/// run, where `serve`'s `/metrics` keeps fixed buckets.
+fn latency_histogram() -> hdrhistogram::Histogram<u64> {
+    // The bounds are constants that hdrhistogram accepts; the fallback auto-resizes.
+    hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+        .unwrap_or_else(|_| hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"))
+}
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,7 @@ mod purges;
 mod taps;
 
 use crate::config::DiskConfig;
+use crate::metrics::{Families, Labels, LatencyHistogram};
 use crate::proxy::cached::{CachedObject, StoredHeaders};
 use crate::store::WriteBudget;
 use bytes::Bytes;
@@ -170,7 +171,7 @@ pub struct DiskTier {
     purge_file: Mutex<()>,
     /// Purges by URL, which reach every variant ([`DiskTier::purge_url`]).
     url_purges: Mutex<purges::UrlPurges>,
-    read_latency: Mutex<hdrhistogram::Histogram<u64>>,
+    read_latency: LatencyHistogram,
     dir: PathBuf,
 }
 
@@ -255,7 +256,7 @@ impl DiskTier {
             purge_file: Mutex::new(()),
             url_purges: Mutex::new(purges::UrlPurges::new(purges::KEPT)),
             tapped,
-            read_latency: Mutex::new(crate::metrics::latency_histogram()),
+            read_latency: LatencyHistogram::default(),
             dir: path,
         })
     }
@@ -307,10 +308,7 @@ impl DiskTier {
     pub async fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
         let started = Instant::now();
         let got = self.cache.get(key).await;
-        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        if let Ok(mut h) = self.read_latency.lock() {
-            h.saturating_record(micros.max(1));
-        }
+        self.read_latency.observe(started.elapsed());
         match got {
             Ok(Some(entry)) => {
                 self.counters.hits.fetch_add(1, Relaxed);
@@ -431,92 +429,62 @@ impl DiskTier {
         }
     }
 
-    /// Appends the `secondhit_disk_*` metrics.
-    pub fn render(&self, out: &mut String) {
-        use crate::lab::family;
-        use std::fmt::Write as _;
+    /// Adds the `secondhit_disk_*` families.
+    pub fn collect(&self, out: &mut Families) {
         let f = self.figures();
         for (name, help, v) in [
-            ("hits", "Requests served from the flash tier.", f.hits),
+            ("disk_hits", "Requests served from the flash tier", f.hits),
             (
-                "misses",
-                "Memory misses the flash tier did not have.",
+                "disk_misses",
+                "Memory misses the flash tier did not have",
                 f.misses,
             ),
-            ("writes", "Objects written to the flash tier.", f.writes),
+            ("disk_writes", "Objects written to the flash tier", f.writes),
             (
-                "write_bytes",
-                "Bytes of objects written to the flash tier.",
+                "disk_write_bytes",
+                "Bytes of objects written to the flash tier",
                 f.write_bytes,
             ),
-            ("refusals", "Writes the write budget refused.", f.refusals),
+            ("disk_refusals", "Writes the write budget refused", f.refusals),
             (
-                "read_errors",
-                "Flash reads that failed (served as misses).",
+                "disk_read_errors",
+                "Flash reads that failed (served as misses)",
                 f.errors,
             ),
             (
-                "device_write_bytes",
-                "Bytes written to the device (blocks and their indexes).",
+                "disk_device_write_bytes",
+                "Bytes written to the device (blocks and their indexes)",
                 self.device_write_bytes(),
             ),
             (
-                "evictions",
-                "Blocks evicted for room (whole blocks: mostly removed ones first, else the oldest).",
+                "disk_evictions",
+                "Blocks evicted for room (whole blocks: mostly removed ones first, else the oldest)",
                 f.evicted_blocks,
             ),
             (
-                "dropped_writes",
-                "Writes the engine dropped, its queue or buffer full (counted in writes too).",
+                "disk_dropped_writes",
+                "Writes the engine dropped, its queue or buffer full (counted in writes too)",
                 f.dropped,
             ),
         ] {
-            let name = format!("secondhit_disk_{name}_total");
-            family(out, &name, "counter", help);
-            let _ = writeln!(out, "{name} {v}");
+            out.counter(name, help, v);
         }
-        family(
-            out,
-            "secondhit_disk_bytes",
-            "gauge",
-            "Bytes in the flash tier's sealed blocks, each counted whole.",
+        out.gauge(
+            "disk_bytes",
+            "Bytes in the flash tier's sealed blocks, each counted whole",
+            f.bytes,
         );
-        let _ = writeln!(out, "secondhit_disk_bytes {}", f.bytes);
-        let read = self.read_latency.lock().unwrap_or_else(|e| e.into_inner());
-        summary(
-            out,
-            "secondhit_disk_read_latency_seconds",
-            "Flash tier lookups.",
-            &read,
+        out.histograms(
+            "disk_read_latency_seconds",
+            "Flash tier lookups",
+            [(Labels::new(), self.read_latency.snapshot())],
         );
-        drop(read);
-        let write = self
-            .tapped
-            .write_latency
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        summary(
-            out,
-            "secondhit_disk_write_latency_seconds",
-            "Device writes (a buffer of entries each).",
-            &write,
+        out.histograms(
+            "disk_write_latency_seconds",
+            "Device writes (a buffer of entries each)",
+            [(Labels::new(), self.tapped.write_latency.snapshot())],
         );
     }
-}
-
-/// A latency histogram (microseconds) as a summary in seconds.
-fn summary(out: &mut String, name: &str, help: &str, h: &hdrhistogram::Histogram<u64>) {
-    use std::fmt::Write as _;
-    crate::lab::family(out, name, "summary", help);
-    for q in [0.5, 0.9, 0.99, 0.999] {
-        let micros = if h.is_empty() {
-            0
-        } else {
-            h.value_at_quantile(q)
-        };
-        let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {:.6}", micros as f64 / 1e6);
-    }
-    let _ = writeln!(out, "{name}_count {}", h.len());
 }
 
 fn encoded_size(o: &CachedObject) -> usize {
@@ -873,8 +841,9 @@ mod tests {
             newest >= 10usize.saturating_sub(lost),
             "{newest} of the 10 newest readable"
         );
-        let mut m = String::new();
-        tier.render(&mut m);
+        let mut families = Families::default();
+        tier.collect(&mut families);
+        let m = families.encode();
         // Reclaiming goes on in the background: the figures may have moved on, not back.
         let value = |name: &str| -> u64 {
             let line = m.lines().find(|l| l.starts_with(name)).expect(name);

@@ -17,7 +17,7 @@
 pub mod record;
 pub mod shadow;
 
-use std::fmt::Write as _;
+use crate::metrics::Families;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -205,21 +205,15 @@ impl Lab {
         a && b
     }
 
-    /// Prometheus text of the lab's metrics (nothing when it is off).
-    pub fn render(&self, out: &mut String) {
+    /// Adds the lab's metric families (none when it is off).
+    pub fn collect(&self, out: &mut Families) {
         if let Some(s) = &self.shadows {
-            s.render(out);
+            s.collect(out);
         }
         if let Some(r) = &self.recorder {
-            r.render(out);
+            r.collect(out);
         }
     }
-}
-
-/// Writes one counter or gauge family with its help and type.
-pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// An atomically published figure.

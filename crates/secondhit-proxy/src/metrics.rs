@@ -1,14 +1,18 @@
-//! Counters and latency histograms of the live proxy, rendered as Prometheus text (prefix
-//! `secondhit_`). Counters are cumulative since start; latencies are to response headers, in
-//! microseconds, per outcome.
+//! The live proxy's metrics and their exposition. The request path counts with relaxed atomics
+//! and records latencies in lock-free histograms ([`LatencyHistogram`]); a scrape gathers every
+//! component's families ([`Families`]: the proxy's here, the live lab's, the flash tier's) and
+//! prometheus-client encodes them as Prometheus text, prefix `secondhit_`. Counters are
+//! cumulative since start; latencies are to response headers, per outcome. Names and meanings:
+//! `docs/operating.md`, "Metrics".
 
 use crate::admission::Stats as AdmissionStats;
 use crate::origin::OriginError;
 use crate::proxy::outcome::Outcome;
-use hdrhistogram::Histogram;
-use std::fmt::Write as _;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
 use std::time::Duration;
 
 const OUTCOMES: usize = Outcome::ALL.len();
@@ -17,7 +21,7 @@ const OUTCOMES: usize = Outcome::ALL.len();
 pub struct Metrics {
     requests: [AtomicU64; OUTCOMES],
     bytes: [AtomicU64; OUTCOMES],
-    latency: [Mutex<Histogram<u64>>; OUTCOMES],
+    latency: [LatencyHistogram; OUTCOMES],
     origin_requests: AtomicU64,
     origin_bytes: AtomicU64,
     origin_errors: [AtomicU64; OriginError::ALL.len()],
@@ -34,22 +38,12 @@ pub struct Metrics {
     refused: AtomicU64,
 }
 
-/// The one latency histogram shape, for the proxy's metrics and the replayer: microseconds
-/// from 1 µs to 1 h at 3 significant digits (larger values saturate when recorded with
-/// `saturating_record`).
-pub fn latency_histogram() -> Histogram<u64> {
-    // The bounds are constants that hdrhistogram accepts; the fallback auto-resizes.
-    Histogram::new_with_bounds(1, 3_600_000_000, 3)
-        .unwrap_or_else(|_| Histogram::new(3).expect("3 significant digits is valid"))
-}
-
 impl Default for Metrics {
     fn default() -> Self {
-        let hist = || Mutex::new(latency_histogram());
         Metrics {
             requests: Default::default(),
             bytes: Default::default(),
-            latency: std::array::from_fn(|_| hist()),
+            latency: Default::default(),
             origin_requests: AtomicU64::new(0),
             origin_bytes: AtomicU64::new(0),
             origin_errors: Default::default(),
@@ -75,12 +69,7 @@ impl Metrics {
         let i = outcome.index();
         self.requests[i].fetch_add(1, Relaxed);
         self.bytes[i].fetch_add(body_bytes, Relaxed);
-        let us = u64::try_from(latency.as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        if let Ok(mut h) = self.latency[i].lock() {
-            h.saturating_record(us);
-        }
+        self.latency[i].observe(latency);
     }
 
     /// Counts a request sent to an origin.
@@ -178,221 +167,392 @@ impl Metrics {
         self.stores.load(Relaxed)
     }
 
-    /// The Prometheus text exposition of everything, plus the cache's and the admission
-    /// policy's state.
-    pub fn render(
+    /// Adds the proxy's families to `out`, with the cache's and the admission policy's state.
+    pub fn collect(
         &self,
+        out: &mut Families,
         cache_entries: u64,
         cache_bytes: u64,
         admission: &AdmissionStats,
-    ) -> String {
-        let mut s = String::with_capacity(4096);
-        let mut counter = |name: &str, help: &str, rows: &[(String, u64)]| {
-            let _ = writeln!(
-                s,
-                "# HELP secondhit_{name} {help}\n# TYPE secondhit_{name} counter"
-            );
-            for (labels, v) in rows {
-                let _ = writeln!(s, "secondhit_{name}{labels} {v}");
-            }
-        };
-        let per_outcome = |a: &[AtomicU64; OUTCOMES]| -> Vec<(String, u64)> {
+    ) {
+        let per_outcome = |a: &[AtomicU64; OUTCOMES]| {
             Outcome::ALL
                 .iter()
-                .map(|o| {
-                    (
-                        format!("{{outcome=\"{}\"}}", o.label()),
-                        a[o.index()].load(Relaxed),
-                    )
-                })
-                .collect()
+                .map(|o| (labels([("outcome", o.label())]), a[o.index()].load(Relaxed)))
+                .collect::<Vec<_>>()
         };
-        counter(
-            "requests_total",
-            "Responses by outcome.",
-            &per_outcome(&self.requests),
+        out.counters(
+            "requests",
+            "Responses by outcome",
+            per_outcome(&self.requests),
         );
-        counter(
-            "response_bytes_total",
-            "Response body bytes by outcome.",
-            &per_outcome(&self.bytes),
+        out.counters(
+            "response_bytes",
+            "Response body bytes by outcome",
+            per_outcome(&self.bytes),
         );
-        let one = |v: &AtomicU64| vec![(String::new(), v.load(Relaxed))];
-        counter(
-            "origin_requests_total",
-            "Requests sent to origins.",
-            &one(&self.origin_requests),
+        out.counter(
+            "origin_requests",
+            "Requests sent to origins",
+            self.origin_requests.load(Relaxed),
         );
-        counter(
-            "origin_bytes_total",
-            "Body bytes received from origins.",
-            &one(&self.origin_bytes),
+        out.counter(
+            "origin_bytes",
+            "Body bytes received from origins",
+            self.origin_bytes.load(Relaxed),
         );
-        let errors: Vec<(String, u64)> = OriginError::ALL
-            .iter()
-            .map(|e| {
+        out.counters(
+            "origin_errors",
+            "Origin failures by kind",
+            OriginError::ALL.iter().map(|e| {
                 (
-                    format!("{{kind=\"{}\"}}", e.as_str()),
+                    labels([("kind", e.as_str())]),
                     self.origin_errors[*e as usize].load(Relaxed),
                 )
-            })
-            .collect();
-        counter("origin_errors_total", "Origin failures by kind.", &errors);
-        counter(
-            "cache_writes_total",
-            "Objects written to the cache.",
-            &one(&self.stores),
+            }),
         );
-        counter(
-            "cache_written_bytes_total",
-            "Bytes written to the cache.",
-            &one(&self.stored_bytes),
+        out.counter(
+            "cache_writes",
+            "Objects written to the cache",
+            self.stores.load(Relaxed),
         );
-        counter(
-            "cache_write_aborts_total",
-            "Admitted objects not stored: body cut off, too long or too short.",
-            &one(&self.store_aborts),
+        out.counter(
+            "cache_written_bytes",
+            "Bytes written to the cache",
+            self.stored_bytes.load(Relaxed),
         );
-        counter(
-            "cache_write_over_budget_total",
-            "Responses not stored because the bodies being stored at once filled limits.store_buffer_bytes.",
-            &one(&self.store_over_budget),
+        out.counter(
+            "cache_write_aborts",
+            "Admitted objects not stored: body cut off, too long or too short",
+            self.store_aborts.load(Relaxed),
         );
-        counter(
-            "cache_refreshes_total",
-            "Stored objects refreshed by a 304 revalidation (headers and freshness; not body writes).",
-            &one(&self.refreshes),
+        out.counter(
+            "cache_write_over_budget",
+            "Responses not stored because the bodies being stored at once filled limits.store_buffer_bytes",
+            self.store_over_budget.load(Relaxed),
         );
-        counter(
-            "stale_served_total",
-            "Stale objects served, by reason.",
-            &[
+        out.counter(
+            "cache_refreshes",
+            "Stored objects refreshed by a 304 revalidation (headers and freshness; not body writes)",
+            self.refreshes.load(Relaxed),
+        );
+        out.counters(
+            "stale_served",
+            "Stale objects served, by reason",
+            [
                 (
-                    "{reason=\"while-revalidate\"}".into(),
+                    labels([("reason", "while-revalidate")]),
                     self.stale_served[0].load(Relaxed),
                 ),
                 (
-                    "{reason=\"if-error\"}".into(),
+                    labels([("reason", "if-error")]),
                     self.stale_served[1].load(Relaxed),
                 ),
             ],
         );
-        counter(
-            "cache_invalidations_total",
-            "Stored objects removed after an unsafe request (RFC 9111 4.4).",
-            &one(&self.invalidations),
+        out.counter(
+            "cache_invalidations",
+            "Stored objects removed after an unsafe request (RFC 9111 4.4)",
+            self.invalidations.load(Relaxed),
         );
-        counter(
-            "config_reloads_total",
-            "Configuration reloads (SIGHUP, POST /reload), by result.",
-            &[
-                ("{result=\"ok\"}".into(), self.reloads[1].load(Relaxed)),
-                ("{result=\"error\"}".into(), self.reloads[0].load(Relaxed)),
+        out.counters(
+            "config_reloads",
+            "Configuration reloads (SIGHUP, POST /reload), by result",
+            [
+                (labels([("result", "ok")]), self.reloads[1].load(Relaxed)),
+                (labels([("result", "error")]), self.reloads[0].load(Relaxed)),
             ],
         );
-        counter(
-            "access_log_dropped_total",
-            "Access log lines dropped because the writer fell behind.",
-            &one(&self.access_log_dropped),
+        out.counter(
+            "access_log_dropped",
+            "Access log lines dropped because the writer fell behind",
+            self.access_log_dropped.load(Relaxed),
         );
-        counter(
-            "coalesced_total",
-            "Requests served by another request's fetch.",
-            &one(&self.coalesced),
+        out.counter(
+            "coalesced",
+            "Requests served by another request's fetch",
+            self.coalesced.load(Relaxed),
         );
-        counter(
-            "refused_total",
-            "Requests answered by the proxy as the client's fault (refused, or a broken request body).",
-            &one(&self.refused),
+        out.counter(
+            "refused",
+            "Requests answered by the proxy as the client's fault (refused, or a broken request body)",
+            self.refused.load(Relaxed),
         );
-        counter(
-            "admission_total",
-            "Admission decisions on cache misses.",
-            &[
-                ("{decision=\"admit\"}".into(), admission.admitted),
-                ("{decision=\"defer\"}".into(), admission.deferred),
+        out.counters(
+            "admission",
+            "Admission decisions on cache misses",
+            [
+                (labels([("decision", "admit")]), admission.admitted),
+                (labels([("decision", "defer")]), admission.deferred),
             ],
         );
-        counter(
-            "filter_rotations_total",
-            "Rotations of the admission filter's generations: on time (the window ended) or on count (a generation filled first: expected_items is too small).",
-            &[
+        out.counters(
+            "filter_rotations",
+            "Rotations of the admission filter's generations: on time (the window ended) or on count (a generation filled first: expected_items is too small)",
+            [
                 (
-                    "{trigger=\"time\"}".into(),
+                    labels([("trigger", "time")]),
                     admission.rotations - admission.rotations_on_count,
                 ),
-                ("{trigger=\"count\"}".into(), admission.rotations_on_count),
+                (labels([("trigger", "count")]), admission.rotations_on_count),
             ],
         );
-        let mut gauge = |name: &str, help: &str, v: f64| {
-            let _ = writeln!(s, "# HELP secondhit_{name} {help}\n# TYPE secondhit_{name} gauge\nsecondhit_{name} {v}");
-        };
-        gauge(
-            "cache_entries",
-            "Objects in the cache.",
-            cache_entries as f64,
-        );
-        gauge(
-            "cache_bytes",
-            "Weighted bytes in the cache.",
-            cache_bytes as f64,
-        );
+        out.gauge("cache_entries", "Objects in the cache", cache_entries);
+        out.gauge("cache_bytes", "Weighted bytes in the cache", cache_bytes);
         if let Some(f) = &admission.filter {
-            gauge(
+            out.gauge(
                 "filter_current_fill",
-                "Fraction of the current generation's bits set.",
+                "Fraction of the current generation's bits set",
                 f.current_fill,
             );
-            gauge(
+            out.gauge(
                 "filter_previous_fill",
-                "Fraction of the previous generation's bits set.",
+                "Fraction of the previous generation's bits set",
                 f.previous_fill,
             );
-            gauge(
+            out.gauge(
                 "filter_estimated_fpr",
-                "Estimated false-positive rate of the filter pair.",
+                "Estimated false-positive rate of the filter pair",
                 f.estimated_fpr,
             );
-            gauge(
+            out.gauge(
                 "filter_current_items",
-                "Distinct keys in the current generation.",
-                f.current_items as f64,
+                "Distinct keys in the current generation",
+                f.current_items,
             );
-            gauge(
+            out.gauge(
                 "filter_memory_bytes",
-                "Memory of both generations.",
-                f.memory_bytes as f64,
+                "Memory of both generations",
+                f.memory_bytes,
             );
-            gauge(
+            out.gauge(
                 "filter_keys_per_window",
-                "Distinct keys a window brings, estimated when a generation filled early (0: never did); expected_items should be above it.",
-                admission.keys_per_window as f64,
+                "Distinct keys a window brings, estimated when a generation filled early (0: never did); expected_items should be above it",
+                admission.keys_per_window,
             );
         }
-        let _ = writeln!(
-            s,
-            "# HELP secondhit_latency_seconds Time to response headers by outcome.\n# TYPE secondhit_latency_seconds summary"
+        out.histograms(
+            "latency_seconds",
+            "Time to response headers by outcome",
+            Outcome::ALL.iter().map(|o| {
+                (
+                    labels([("outcome", o.label())]),
+                    self.latency[o.index()].snapshot(),
+                )
+            }),
         );
-        for o in Outcome::ALL {
-            let Ok(h) = self.latency[o.index()].lock() else {
-                continue;
-            };
-            for q in [0.5, 0.9, 0.99, 0.999] {
-                let _ = writeln!(
-                    s,
-                    "secondhit_latency_seconds{{outcome=\"{}\",quantile=\"{q}\"}} {}",
-                    o.label(),
-                    h.value_at_quantile(q) as f64 / 1e6
-                );
-            }
-            let _ = writeln!(
-                s,
-                "secondhit_latency_seconds_count{{outcome=\"{}\"}} {}",
-                o.label(),
-                h.len()
-            );
+    }
+}
+
+/// Label pairs of one sample.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// Label pairs from names and values.
+pub fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
+    pairs.iter().map(|&(k, v)| (k, v.to_string())).collect()
+}
+
+/// The upper bounds of the latency histograms' buckets, in microseconds: from 100 µs (a hit
+/// over loopback) to a minute (a slow origin's large object), about three per decade.
+pub const LATENCY_BUCKETS_MICROS: [u64; 18] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
+];
+
+/// A latency histogram with fixed buckets ([`LATENCY_BUCKETS_MICROS`]) that takes no lock: an
+/// observation is two relaxed atomic additions (its bucket and the sum), so responses on many
+/// threads never wait for each other. The count is the sum of the buckets.
+#[derive(Debug, Default)]
+pub struct LatencyHistogram {
+    /// One count per bucket, and last the observations above every bound.
+    buckets: [AtomicU64; LATENCY_BUCKETS_MICROS.len() + 1],
+    /// The sum of every observation, in microseconds.
+    sum_micros: AtomicU64,
+}
+
+impl LatencyHistogram {
+    /// Records one latency.
+    pub fn observe(&self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        let i = LATENCY_BUCKETS_MICROS.partition_point(|&b| b < us);
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_micros.fetch_add(us, Relaxed);
+    }
+
+    /// What it holds now.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        HistogramSnapshot {
+            sum: self.sum_micros.load(Relaxed) as f64 / 1e6,
+            count: counts.iter().sum(),
+            buckets: LATENCY_BUCKETS_MICROS
+                .iter()
+                .zip(&counts)
+                .map(|(&b, &n)| (b as f64 / 1e6, n))
+                .collect(),
         }
-        s
+    }
+}
+
+/// A histogram as one scrape saw it, in seconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HistogramSnapshot {
+    /// The sum of the observations.
+    pub sum: f64,
+    /// How many there were (above every bound included).
+    pub count: u64,
+    /// (upper bound, observations in that bucket alone), the finite bounds only.
+    pub buckets: Vec<(f64, u64)>,
+}
+
+/// A gauge's value: a count (written as an integer) or a fraction.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Gauge {
+    /// A count: objects, bytes.
+    Count(u64),
+    /// A fraction or an estimate.
+    Real(f64),
+}
+
+impl From<u64> for Gauge {
+    fn from(v: u64) -> Gauge {
+        Gauge::Count(v)
+    }
+}
+
+impl From<f64> for Gauge {
+    fn from(v: f64) -> Gauge {
+        Gauge::Real(v)
+    }
+}
+
+/// One sample's value.
+#[derive(Clone, Debug, PartialEq)]
+enum Value {
+    Counter(u64),
+    Gauge(Gauge),
+    Histogram(HistogramSnapshot),
+}
+
+/// One metric family: a name, its help, its type and its samples.
+#[derive(Debug)]
+struct Family {
+    name: String,
+    help: String,
+    kind: MetricType,
+    samples: Vec<(Labels, Value)>,
+}
+
+/// What one scrape of `/metrics` gathers from the proxy, the live lab and the flash tier, each
+/// adding its families; [`Families::encode`] then writes them through prometheus-client's
+/// Prometheus text encoder, under the prefix `secondhit_` (counters get their `_total` there).
+///
+/// ```
+/// use secondhit_proxy::metrics::{labels, Families};
+///
+/// let mut f = Families::default();
+/// f.counters("requests", "Responses by outcome", [(labels([("outcome", "hit")]), 2)]);
+/// f.gauge("cache_entries", "Objects in the cache", 3u64);
+/// let text = f.encode();
+/// assert!(text.contains("secondhit_requests_total{outcome=\"hit\"} 2\n"));
+/// assert!(text.contains("# TYPE secondhit_cache_entries gauge\nsecondhit_cache_entries 3\n"));
+/// ```
+#[derive(Debug, Default)]
+pub struct Families(Vec<Family>);
+
+impl Families {
+    fn push(&mut self, name: &str, help: &str, kind: MetricType, samples: Vec<(Labels, Value)>) {
+        self.0.push(Family {
+            name: name.to_string(),
+            help: help.to_string(),
+            kind,
+            samples,
+        });
+    }
+
+    /// A counter without labels (`name` without `_total`: the encoder adds it).
+    pub fn counter(&mut self, name: &str, help: &str, value: u64) {
+        self.counters(name, help, [(Labels::new(), value)]);
+    }
+
+    /// A counter family, one sample per label set.
+    pub fn counters(
+        &mut self,
+        name: &str,
+        help: &str,
+        rows: impl IntoIterator<Item = (Labels, u64)>,
+    ) {
+        let samples = rows
+            .into_iter()
+            .map(|(l, v)| (l, Value::Counter(v)))
+            .collect();
+        self.push(name, help, MetricType::Counter, samples);
+    }
+
+    /// A gauge without labels.
+    pub fn gauge(&mut self, name: &str, help: &str, value: impl Into<Gauge>) {
+        self.gauges(name, help, [(Labels::new(), value.into())]);
+    }
+
+    /// A gauge family, one sample per label set.
+    pub fn gauges(
+        &mut self,
+        name: &str,
+        help: &str,
+        rows: impl IntoIterator<Item = (Labels, Gauge)>,
+    ) {
+        let samples = rows
+            .into_iter()
+            .map(|(l, v)| (l, Value::Gauge(v)))
+            .collect();
+        self.push(name, help, MetricType::Gauge, samples);
+    }
+
+    /// A histogram family, one histogram per label set.
+    pub fn histograms(
+        &mut self,
+        name: &str,
+        help: &str,
+        rows: impl IntoIterator<Item = (Labels, HistogramSnapshot)>,
+    ) {
+        let samples = rows
+            .into_iter()
+            .map(|(l, h)| (l, Value::Histogram(h)))
+            .collect();
+        self.push(name, help, MetricType::Histogram, samples);
+    }
+
+    /// The Prometheus text exposition (version 0.0.4) of every family.
+    pub fn encode(self) -> String {
+        let mut registry = Registry::with_prefix("secondhit");
+        registry.register_collector(Box::new(self));
+        let mut text = String::with_capacity(8192);
+        // Writing into a String cannot fail, and our collector returns only the encoder's errors.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &registry);
+        text
+    }
+}
+
+/// The `Content-Type` of [`Families::encode`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+impl Collector for Families {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.0 {
+            let mut metric = encoder.encode_descriptor(&f.name, &f.help, None, f.kind)?;
+            for (labels, value) in &f.samples {
+                let mut sample = metric.encode_family(labels)?;
+                match value {
+                    Value::Counter(v) => sample.encode_counter::<NoLabelSet, _, u64>(v, None)?,
+                    Value::Gauge(Gauge::Count(v)) => sample.encode_gauge(v)?,
+                    Value::Gauge(Gauge::Real(v)) => sample.encode_gauge(v)?,
+                    Value::Histogram(h) => {
+                        sample.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -407,7 +567,9 @@ mod tests {
         m.response(Outcome::Hit, 50, Duration::from_millis(2));
         m.response(Outcome::Miss, 10, Duration::from_millis(20));
         m.origin_error(OriginError::Timeout);
-        let text = m.render(3, 300, &AdmissionStats::default());
+        let mut f = Families::default();
+        m.collect(&mut f, 3, 300, &AdmissionStats::default());
+        let text = f.encode();
         assert!(
             text.contains("secondhit_requests_total{outcome=\"hit\"} 2"),
             "{text}"
@@ -416,12 +578,47 @@ mod tests {
         assert!(text.contains("secondhit_origin_errors_total{kind=\"timeout\"} 1"));
         assert!(text.contains("secondhit_cache_entries 3"));
         assert!(text.contains("secondhit_latency_seconds_count{outcome=\"hit\"} 2"));
-        assert!(text.contains("secondhit_latency_seconds{outcome=\"miss\",quantile=\"0.5\"} 0.02"));
+        assert!(text.contains("# TYPE secondhit_latency_seconds histogram"));
+        // 250 µs falls in the bucket of 250 µs (bounds are inclusive), 2 ms in that of 2.5 ms.
+        for (le, n) in [
+            ("0.0001", 0),
+            ("0.00025", 1),
+            ("0.001", 1),
+            ("0.0025", 2),
+            ("+Inf", 2),
+        ] {
+            let line =
+                format!("secondhit_latency_seconds_bucket{{outcome=\"hit\",le=\"{le}\"}} {n}\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        assert!(
+            text.contains("secondhit_latency_seconds_sum{outcome=\"miss\"} 0.02\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("secondhit_latency_seconds_sum{outcome=\"hit\"} 0.00225\n"),
+            "{text}"
+        );
         assert_eq!(m.requests(Outcome::Hit), 2);
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn a_latency_lands_in_the_first_bucket_at_or_above_it() {
+        let h = LatencyHistogram::default();
+        for us in [0, 100, 101, 60_000_000, 60_000_001, u64::MAX / 2] {
+            h.observe(Duration::from_micros(us));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count, 6);
+        assert_eq!(s.buckets[0], (0.0001, 2)); // 0 and 100 µs
+        assert_eq!(s.buckets[1], (0.00025, 1)); // 101 µs
+        assert_eq!(s.buckets.last(), Some(&(60.0, 1))); // a minute exactly
+                                                        // The two above every bound count only toward +Inf (the count).
+        assert_eq!(s.buckets.iter().map(|b| b.1).sum::<u64>(), 4);
     }
 }

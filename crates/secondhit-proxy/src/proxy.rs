@@ -730,21 +730,24 @@ impl Proxy {
         }
     }
 
-    /// Prometheus text of the metrics, the cache and the admission policy.
+    /// Prometheus text of the metrics, the cache, the admission policy, the live lab and the
+    /// flash tier: one registry, one scrape.
     pub fn render_metrics(&self) -> String {
         let store = self.store.load();
         let cache = store.cache();
         cache.run_pending_tasks();
-        let mut text = self.metrics.render(
+        let mut families = crate::metrics::Families::default();
+        self.metrics.collect(
+            &mut families,
             cache.entry_count(),
             cache.weighted_size(),
             &self.admission.stats(),
         );
-        self.lab.render(&mut text);
+        self.lab.collect(&mut families);
         if let Some(d) = &self.disk {
-            d.tier.render(&mut text);
+            d.tier.collect(&mut families);
         }
-        text
+        families.encode()
     }
 
     /// Removes the object cached for `url` (`http://host/path?query`), every variant of it.

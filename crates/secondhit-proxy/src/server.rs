@@ -490,7 +490,7 @@ fn admin_response(
             let mut r = text(StatusCode::OK, proxy.render_metrics());
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
             );
             r
         }

@@ -2,19 +2,21 @@
 //! registry ([`mixtrics`]), and [`Taps`] is one that keeps the few figures `/metrics` shows
 //! (device write latencies, writes foyer dropped) and discards the rest.
 
+use crate::metrics::LatencyHistogram;
 use mixtrics::metrics::{
     BoxedCounter, BoxedCounterVec, BoxedGauge, BoxedGaugeVec, BoxedHistogram, BoxedHistogramVec,
     CounterOps, CounterVecOps, GaugeOps, GaugeVecOps, HistogramOps, HistogramVecOps, RegistryOps,
 };
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The figures kept.
 #[derive(Debug)]
 pub struct Tapped {
-    /// Device writes (one each time a buffer of entries goes to disk), microseconds.
-    pub write_latency: Mutex<hdrhistogram::Histogram<u64>>,
+    /// Device writes (one each time a buffer of entries goes to disk).
+    pub write_latency: LatencyHistogram,
     /// Entries foyer dropped instead of writing: its queue or its buffer was full, or the
     /// entry was skipped.
     pub dropped: AtomicU64,
@@ -23,7 +25,7 @@ pub struct Tapped {
 impl Default for Tapped {
     fn default() -> Self {
         Tapped {
-            write_latency: Mutex::new(crate::metrics::latency_histogram()),
+            write_latency: LatencyHistogram::default(),
             dropped: AtomicU64::new(0),
         }
     }
@@ -96,10 +98,15 @@ impl GaugeOps for Metric {
 impl HistogramOps for Metric {
     fn record(&self, seconds: f64) {
         if let Tap::One(Sink::WriteLatency) = self.tap {
-            let micros = (seconds * 1e6).clamp(1.0, u64::MAX as f64) as u64;
-            if let Ok(mut h) = self.tapped.write_latency.lock() {
-                h.saturating_record(micros);
-            }
+            // Negative or not a number: recorded as no time at all.
+            let seconds = if seconds.is_finite() {
+                seconds.max(0.0)
+            } else {
+                0.0
+            };
+            self.tapped
+                .write_latency
+                .observe(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX));
         }
     }
 }
@@ -214,12 +221,13 @@ mod tests {
             .increase(5);
         let t = &taps.0;
         assert_eq!(t.dropped.load(Relaxed), 3);
-        let h = t.write_latency.lock().unwrap();
-        assert_eq!(h.len(), 1);
-        assert!(
-            (1_990..=2_010).contains(&h.value_at_quantile(1.0)),
-            "{}",
-            h.max()
+        let h = t.write_latency.snapshot();
+        assert_eq!(h.count, 1);
+        assert!((h.sum - 0.002).abs() < 1e-6, "{h:?}");
+        // 2 ms: in the bucket of 2.5 ms.
+        assert_eq!(
+            h.buckets.iter().find(|b| b.1 == 1).map(|b| b.0),
+            Some(0.0025)
         );
     }
 }

@@ -17,8 +17,8 @@
 //! `simulate` on the recording gives the live run's figures: the admission policy is keyed on
 //! the same object id (`KeyHash::of_u64(id)`), so it sees the same hashes.
 
-use super::{family, Figure, Shared, Sighting, Sink, Tap};
-use std::fmt::Write as _;
+use super::{Figure, Shared, Sighting, Sink, Tap};
+use crate::metrics::Families;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -245,32 +245,28 @@ impl Recorder {
         &self.path
     }
 
-    pub(crate) fn render(&self, out: &mut String) {
-        for (name, help, v) in [
-            (
-                "secondhit_record_records_total",
-                "Requests written to the recording.",
-                self.records(),
-            ),
-            (
-                "secondhit_record_dropped_total",
-                "Requests not recorded because the queue was full (the request did not wait).",
-                self.dropped(),
-            ),
-            (
-                "secondhit_record_rotations_total",
-                "Rotations of the recording file.",
-                self.stats.rotations.get(),
-            ),
-            (
-                "secondhit_record_errors_total",
-                "Failed writes, flushes, opens or rotations of the recording (records lost).",
-                self.stats.errors.get(),
-            ),
-        ] {
-            family(out, name, "counter", help);
-            let _ = writeln!(out, "{name} {v}");
-        }
+    /// Adds the `secondhit_record_*` families.
+    pub(crate) fn collect(&self, out: &mut Families) {
+        out.counter(
+            "record_records",
+            "Requests written to the recording",
+            self.records(),
+        );
+        out.counter(
+            "record_dropped",
+            "Requests not recorded because the queue was full (the request did not wait)",
+            self.dropped(),
+        );
+        out.counter(
+            "record_rotations",
+            "Rotations of the recording file",
+            self.stats.rotations.get(),
+        );
+        out.counter(
+            "record_errors",
+            "Failed writes, flushes, opens or rotations of the recording (records lost)",
+            self.stats.errors.get(),
+        );
     }
 }
 
@@ -341,8 +337,9 @@ mod tests {
         assert_eq!(read(&rotated(&path, 2)), want(10, 20));
         assert_eq!(read(&rotated(&path, 1)), want(20, 30));
         assert_eq!(read(&path), want(30, 35));
-        let mut text = String::new();
-        r.render(&mut text);
+        let mut families = Families::default();
+        r.collect(&mut families);
+        let text = families.encode();
         assert!(text.contains("secondhit_record_rotations_total 3"));
         assert!(text.contains("secondhit_record_records_total 35"));
     }

@@ -18,12 +18,13 @@
 //! 1 KiB objects, 262,144 objects, about 28 MB for `lru`. `secondhit_shadow_bytes_per_object`
 //! says each shadow's figure.
 
-use super::{family, Figure, Shared, Sighting, Sink, Tap};
+use super::{Figure, Shared, Sighting, Sink, Tap};
 use crate::admission::{Policy, Settings};
+use crate::metrics::{Families, Labels};
 use crate::store::{Access, Eviction, StoreKind};
 use crate::store::{Lane, Step};
 use crate::units;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::io;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -174,13 +175,8 @@ struct Figures {
     stored_bytes: Figure,
 }
 
-/// A metric family of the shadows: name, type, help, and how to read it.
-type Family = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&Figures) -> u64,
-);
+/// A counter family of the shadows: name, help, and how to read it.
+type Counter = (&'static str, &'static str, fn(&Figures) -> u64);
 
 /// A shadow's figures as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -346,86 +342,62 @@ impl Shadows {
             .collect()
     }
 
-    /// Prometheus text.
-    pub(crate) fn render(&self, out: &mut String) {
-        let label = |r: &Row| {
-            format!(
-                "{{policy=\"{}\",live=\"{}\"}}",
-                escape(&r.spec.text),
-                r.live
-            )
+    /// Adds the `secondhit_shadow_*` families, one sample per shadow.
+    pub(crate) fn collect(&self, out: &mut Families) {
+        let label = |r: &Row| -> Labels {
+            vec![
+                ("policy", r.spec.text.clone()),
+                ("live", r.live.to_string()),
+            ]
         };
-        let rows: [Family; 6] = [
+        let counters: [Counter; 5] = [
+            ("shadow_requests", "Sightings the shadow took", |f| {
+                f.requests.get()
+            }),
+            ("shadow_hits", "Of those, hits in the shadow's store", |f| {
+                f.hits.get()
+            }),
+            ("shadow_hit_bytes", "Bytes of the shadow's hits", |f| {
+                f.hit_bytes.get()
+            }),
             (
-                "requests_total",
-                "counter",
-                "Sightings the shadow took.",
-                |f| f.requests.get(),
-            ),
-            (
-                "hits_total",
-                "counter",
-                "Of those, hits in the shadow's store.",
-                |f| f.hits.get(),
-            ),
-            (
-                "hit_bytes_total",
-                "counter",
-                "Bytes of the shadow's hits.",
-                |f| f.hit_bytes.get(),
-            ),
-            (
-                "writes_total",
-                "counter",
-                "The shadow's cache writes (admitted misses that fit).",
+                "shadow_writes",
+                "The shadow's cache writes (admitted misses that fit)",
                 |f| f.writes.get(),
             ),
             (
-                "write_bytes_total",
-                "counter",
-                "Bytes of the shadow's cache writes.",
+                "shadow_write_bytes",
+                "Bytes of the shadow's cache writes",
                 |f| f.write_bytes.get(),
             ),
-            (
-                "stored_bytes",
-                "gauge",
-                "Object bytes in the shadow's store.",
-                |f| f.stored_bytes.get(),
-            ),
         ];
-        for (name, kind, help, get) in rows {
-            let name = format!("secondhit_shadow_{name}");
-            family(out, &name, kind, help);
-            for r in &self.rows {
-                let _ = writeln!(out, "{name}{} {}", label(r), get(&r.figures));
-            }
+        for (name, help, get) in counters {
+            out.counters(
+                name,
+                help,
+                self.rows.iter().map(|r| (label(r), get(&r.figures))),
+            );
         }
-        let name = "secondhit_shadow_bytes_per_object";
-        family(
-            out,
-            name,
-            "gauge",
-            "Memory the shadow's store takes per object it tracks (documented estimate).",
+        out.gauges(
+            "shadow_stored_bytes",
+            "Object bytes in the shadow's store",
+            self.rows
+                .iter()
+                .map(|r| (label(r), r.figures.stored_bytes.get().into())),
         );
-        for r in &self.rows {
-            let _ = writeln!(out, "{name}{} {}", label(r), r.bytes_per_object);
-        }
-        let name = "secondhit_shadow_dropped_total";
-        family(
-            out,
-            name,
-            "counter",
-            "Sightings the shadows missed because their queue was full (the request did not wait).",
+        out.gauges(
+            "shadow_bytes_per_object",
+            "Memory the shadow's store takes per object it tracks (documented estimate)",
+            self.rows
+                .iter()
+                .map(|r| (label(r), r.bytes_per_object.into())),
         );
-        let _ = writeln!(out, "{name} {}", self.dropped());
+        out.counter(
+            "shadow_dropped",
+            "Sightings the shadows missed because their queue was full (the request did not wait)",
+            self.dropped(),
+        );
     }
-}
-
-/// A Prometheus label value: backslash, quote and newline escaped.
-pub(crate) fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -498,8 +470,9 @@ mod tests {
         assert_eq!(hits, [2, 3, 1]);
         assert!(f.iter().all(|f| f.requests == 4 && f.writes == 1));
         assert_eq!(f[1].hit_bytes, 300);
-        let mut text = String::new();
-        sh.render(&mut text);
+        let mut families = Families::default();
+        sh.collect(&mut families);
+        let text = families.encode();
         assert!(text.contains("secondhit_shadow_hits_total{policy=\"nth-hit:3\",live=\"false\"} 1"));
         assert!(text.contains("secondhit_shadow_hits_total{policy=\"second-hit\",live=\"true\"} 2"));
         assert!(text.contains("secondhit_shadow_dropped_total 0"));
