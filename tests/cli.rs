@@ -3,6 +3,7 @@
 mod support;
 
 use std::process::{Command, Output};
+use support::child::{stderr_lines, wait_for};
 use support::{bin, bundled};
 
 fn run(args: &[&str]) -> Output {
@@ -20,34 +21,6 @@ fn signal(child: &std::process::Child, sig: &str) -> std::process::ExitStatus {
         .arg(format!("kill {sig} {}", child.id()))
         .status()
         .expect("run sh")
-}
-
-/// A child's stderr, line by line, read on a thread of its own.
-fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
-    use std::io::BufRead;
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    rx
-}
-
-/// What follows `marker` up to `end` on the first line that has it (20 s at most).
-fn wait_for(lines: &std::sync::mpsc::Receiver<String>, marker: &str, end: char) -> String {
-    loop {
-        let line = lines
-            .recv_timeout(std::time::Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no line with {marker:?}"));
-        if let Some(rest) = line.split(marker).nth(1) {
-            return rest.split(end).next().unwrap_or_default().to_string();
-        }
-    }
 }
 
 fn stdout_json(out: &Output) -> serde_json::Value {

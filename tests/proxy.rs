@@ -447,9 +447,22 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
     let o = origin::start().await;
     let (p, _) = start(&o.url(), "").await;
     let addr = p.addr;
+    // The request is held at the origin until the proxy has stopped accepting.
+    let gate = o.hold("/delay/s?size=3000");
     let slow = tokio::spawn(async move { Http::new(addr).get("/delay/s?size=3000").await });
-    tokio::time::sleep(Duration::from_millis(100)).await; // let the request reach the origin
-    p.shutdown().await;
+    gate.arrivals(1).await;
+    let stopping = tokio::spawn(p.shutdown());
+    let mut refused = false;
+    for _ in 0..2000 {
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(refused, "the proxy kept accepting after shutdown began");
+    gate.open();
+    stopping.await.unwrap();
     let g = slow.await.unwrap();
     assert_eq!(g.status, StatusCode::OK);
     assert_eq!(g.bytes(), &content("/delay/s", 3000)[..]);

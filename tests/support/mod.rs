@@ -74,6 +74,7 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_secondhit"))
 }
 
+pub mod child;
 pub mod origin;
 pub mod proxy;
 pub mod raw_origin;

@@ -49,6 +49,44 @@ struct Shared {
     not_modified: Mutex<HashMap<String, u64>>,
     /// Requests to `/personal/` that carried `Authorization` or `Cookie`.
     credentialed: AtomicU64,
+    /// Gates by path (with its query): see [`TestOrigin::hold`].
+    gates: Mutex<HashMap<String, Arc<Gate>>>,
+}
+
+/// Holds the requests for one path until the test opens it, and tells the test when they
+/// arrive: a test orders events by what happened, never by sleeping.
+pub struct Gate {
+    arrived: tokio::sync::watch::Sender<u64>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Gate {
+    /// Waits until `n` requests have arrived at the gate (panics after 10 s).
+    pub async fn arrivals(&self, n: u64) {
+        let mut rx = self.arrived.subscribe();
+        let arrived = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|a| *a >= n));
+        assert!(
+            matches!(arrived.await, Ok(Ok(_))),
+            "{n} requests did not arrive at the gate (got {})",
+            *self.arrived.borrow()
+        );
+    }
+
+    /// Requests that arrived so far.
+    pub fn arrived(&self) -> u64 {
+        *self.arrived.borrow()
+    }
+
+    /// Lets every held request (and every later one) through.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// Counts a request in and waits until the gate is open.
+    async fn pass(&self) {
+        self.arrived.send_modify(|n| *n += 1);
+        let _ = self.open.subscribe().wait_for(|open| *open).await;
+    }
 }
 
 impl TestOrigin {
@@ -76,6 +114,18 @@ impl TestOrigin {
             .get(path)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Holds every request for `path` (with its query, as the origin sees it) until the gate
+    /// returned opens.
+    pub fn hold(&self, path: &str) -> Arc<Gate> {
+        let gate = Arc::new(Gate {
+            arrived: tokio::sync::watch::channel(0).0,
+            open: tokio::sync::watch::channel(false).0,
+        });
+        let mut gates = self.shared.gates.lock().unwrap();
+        gates.insert(path.to_string(), Arc::clone(&gate));
+        gate
     }
 
     /// Requests to `/personal/` that carried `Authorization` or `Cookie`.
@@ -425,7 +475,11 @@ pub async fn start() -> TestOrigin {
                             .uri()
                             .path_and_query()
                             .map_or("/".to_string(), |p| p.as_str().to_string());
-                        *c.lock().unwrap().entry(key).or_default() += 1;
+                        *c.lock().unwrap().entry(key.clone()).or_default() += 1;
+                        let gate = sh.gates.lock().unwrap().get(&key).cloned();
+                        if let Some(gate) = gate {
+                            gate.pass().await;
+                        }
                         Ok::<_, Infallible>(respond(req, sh).await)
                     }
                 });

@@ -743,6 +743,11 @@ impl Proxy {
             cache.weighted_size(),
             &self.admission.stats(),
         );
+        families.gauge(
+            "coalescing_waiters",
+            "Requests waiting now on another request's fetch of the same object",
+            self.inflight.waiting(),
+        );
         self.lab.collect(&mut families);
         if let Some(d) = &self.disk {
             d.tier.collect(&mut families);

@@ -14,6 +14,7 @@ use super::growing::Growing;
 use crate::http_cache::{variant_key, vary_fields};
 use http::HeaderMap;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -73,6 +74,8 @@ type Slot = watch::Receiver<Option<Progress>>;
 #[derive(Default)]
 pub struct Inflight {
     map: Mutex<HashMap<String, Slot>>,
+    /// Followers waiting now, on any key.
+    waiting: Arc<AtomicU64>,
 }
 
 /// A miss's place in a coalesced fetch.
@@ -88,7 +91,11 @@ impl Inflight {
     pub fn join(self: &Arc<Self>, key: &str) -> Role {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(rx) = map.get(key) {
-            return Role::Follower(Follower { rx: rx.clone() });
+            self.waiting.fetch_add(1, Relaxed);
+            return Role::Follower(Follower {
+                rx: rx.clone(),
+                waiting: Arc::clone(&self.waiting),
+            });
         }
         let (tx, rx) = watch::channel(None);
         map.insert(key.to_string(), rx);
@@ -97,6 +104,11 @@ impl Inflight {
             key: key.to_string(),
             tx,
         })
+    }
+
+    /// Requests waiting now on another request's fetch (followers not yet answered).
+    pub fn waiting(&self) -> u64 {
+        self.waiting.load(Relaxed)
     }
 }
 
@@ -134,6 +146,14 @@ impl Drop for Leader {
 /// A miss waiting for a leader's fetch.
 pub struct Follower {
     rx: Slot,
+    /// [`Inflight::waiting`], which this follower counts in until it is dropped.
+    waiting: Arc<AtomicU64>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.waiting.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Follower {
@@ -240,6 +260,7 @@ mod tests {
         let leader = lead(&inflight, "k");
         let _other = lead(&inflight, "other");
         let followers = [follow(&inflight, "k"), follow(&inflight, "k")];
+        assert_eq!(inflight.waiting(), 2);
         let waiting: Vec<_> = followers
             .into_iter()
             .map(|f| tokio::spawn(async move { f.wait(WAIT, &HeaderMap::new()).await }))
@@ -250,6 +271,7 @@ mod tests {
             let got = w.await.unwrap().expect("the leader's object");
             assert!(Arc::ptr_eq(&got.object, &object));
         }
+        assert_eq!(inflight.waiting(), 0, "answered followers wait no more");
         // Completed and dropped: the next miss leads a fetch of its own.
         drop(lead(&inflight, "k"));
     }
