@@ -1,5 +1,6 @@
 # Shared by the bench scripts (sourced, not run): nginx and wrk installed, a directory with a
-# 1 KiB object, a static nginx config, CPU ticks from /proc, and an awk median.
+# 1 KiB object, a static nginx config (the origin), the one nginx cache config every script
+# measures against, CPU ticks from /proc, and an awk median.
 
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
   apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
@@ -32,6 +33,48 @@ http {
     listen 127.0.0.1:$port${*:+ $*};
     root $root;
     add_header Cache-Control "public, max-age=3600";
+  }
+}
+NGINX
+}
+
+# The peer every caching scenario is measured against, configured once for every script:
+# nginx proxy_cache in front of the origin at 127.0.0.1:${ORIGIN_PORT:-18081}, listening on
+# 127.0.0.1:$3, storing an object on its $4-th request (2: nginx's own "second hit"; 1: every
+# miss), at most $5 bytes in $2/nginx-cache. Access log: NGINX_LOG (default off); workers:
+# NGINX_WORKERS (default 2). The pid file is $1.pid.
+nginx_cache_conf() {
+  local conf=$1 dir=$2 port=$3 min_uses=$4 max_size=$5
+  mkdir -p "$dir/nginx-cache" "$dir/logs"
+  chmod 777 "$dir/nginx-cache"
+  cat > "$conf" <<NGINX
+worker_processes ${NGINX_WORKERS:-2};
+pid $conf.pid;
+error_log $dir/logs/nginx-cache-$port.log warn;
+worker_rlimit_nofile 65536;
+events { worker_connections 8192; }
+http {
+  access_log ${NGINX_LOG:-off};
+  sendfile on;
+  keepalive_requests 1000000;
+  # keys_zone: a key a request over rounds of miss_1k fills 64m, and nginx then answers errors.
+  # The cache manager removes up to manager_files files an iteration (100 by default, every
+  # 50 ms: far fewer than a replay writes, so the cache would stand well above max_size).
+  proxy_cache_path $dir/nginx-cache levels=1:2 keys_zone=c:512m max_size=$max_size inactive=1d
+                   use_temp_path=off manager_files=100000 manager_sleep=10ms manager_threshold=1000ms;
+  upstream origin { server 127.0.0.1:${ORIGIN_PORT:-18081}; keepalive 64; }
+  server {
+    listen 127.0.0.1:$port backlog=4096;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_cache c;
+      proxy_cache_min_uses $min_uses;
+      # What is not cached is not spooled to disk either (only cache writes count).
+      proxy_max_temp_file_size 0;
+      add_header X-Cache \$upstream_cache_status;
+    }
   }
 }
 NGINX

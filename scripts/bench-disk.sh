@@ -24,7 +24,8 @@ objects=${OBJECTS:-20000}
 memory_fraction=${MEMORY_FRACTION:-0.02}
 disk_fraction=${DISK_FRACTION:-0.2}
 profile=${PROFILE:-production}
-command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq nginx >/dev/null; }
+# nginx (installed if missing) and nginx_cache_conf, the one peer configuration.
+. scripts/bench-common.sh
 cargo build --profile "$profile" --quiet
 bin=target/$profile/secondhit
 # On the disk the caches would use (not a tmpfs): the flash being measured.
@@ -52,35 +53,7 @@ echo "trace: gen-trace --objects $objects --requests $requests --alpha 0.9 --one
 echo "working set $(numfmt --to=iec "$working_set"); memory $(numfmt --to=iec "$memory") ($memory_fraction), flash $(numfmt --to=iec "$disk") ($disk_fraction); concurrency $concurrency; $(date -u +%F), $(nproc) cores"
 echo
 
-nginx_conf() {
-  cat > "$dir/nginx.conf" <<NGINX
-worker_processes 2;
-pid $dir/nginx.pid;
-error_log $dir/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  # The cache manager removes up to manager_files files an iteration (100 by default, every
-  # 50 ms: far fewer than this replay writes, so the cache would stand well above max_size).
-  proxy_cache_path $dir/nginx-cache levels=1:2 keys_zone=c:64m max_size=$disk inactive=1d
-                   use_temp_path=off manager_files=100000 manager_sleep=10ms manager_threshold=1000ms;
-  upstream origin { server 127.0.0.1:18081; keepalive 64; }
-  server {
-    listen 127.0.0.1:18082;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_cache c;
-      proxy_cache_min_uses $1;
-      # What is not cached is not spooled to disk either (only cache writes count).
-      proxy_max_temp_file_size 0;
-      add_header X-Cache \$upstream_cache_status;
-    }
-  }
-}
-NGINX
-}
+nginx_conf() { nginx_cache_conf "$dir/nginx.conf" "$dir" 18082 "$1" "$disk"; }
 
 # Bytes written to flash so far: by foyer, or by a set of processes (field of /proc/<pid>/io; a
 # process that has exited, such as nginx's cache loader, no longer counts).

@@ -62,12 +62,12 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-mkdir -p "$dir/www" "$dir/cache" "$dir/logs"
+mkdir -p "$dir/www" "$dir/logs"
 chmod 755 "$dir"  # nginx workers run as an unprivileged user
 head -c 1024 /dev/urandom > "$dir/www/obj-1k"
 head -c 16384 /dev/urandom > "$dir/www/obj-16k"
 head -c 1048576 /dev/urandom > "$dir/www/obj-1m"
-chmod -R a+rX "$dir/www"; chmod 777 "$dir/cache"
+chmod -R a+rX "$dir/www"
 NGINX_LOG=off
 SECONDHIT_LOG=()
 if [ -n "${ACCESS_LOG:-}" ]; then
@@ -75,32 +75,7 @@ if [ -n "${ACCESS_LOG:-}" ]; then
   SECONDHIT_LOG=(--access-log-format combined --access-log-file "$dir/logs/secondhit-access.log")
 fi
 static_nginx_conf "$dir/origin.conf" "$dir/www" 18081 "$dir/origin-nginx.pid" "$dir/logs/origin-error.log"
-cat > "$dir/cache.conf" <<NGINX
-worker_processes 2;
-pid $dir/cache-nginx.pid;
-error_log $dir/logs/cache-error.log warn;
-worker_rlimit_nofile 65536;
-events { worker_connections 8192; }
-http {
-  access_log ${NGINX_LOG};
-  sendfile on;
-  keepalive_requests 1000000;
-  # A key a request for 3 rounds of miss_1k: 64m of keys zone fills, and nginx answers errors.
-  proxy_cache_path $dir/cache levels=1:2 keys_zone=c:512m max_size=256m inactive=1h use_temp_path=off;
-  upstream origin { server 127.0.0.1:18081; keepalive 64; }
-  server {
-    listen 127.0.0.1:18082 backlog=4096;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_cache c;
-      proxy_cache_min_uses 2;
-      add_header X-Cache \$upstream_cache_status;
-    }
-  }
-}
-NGINX
+NGINX_LOG=$NGINX_LOG nginx_cache_conf "$dir/cache.conf" "$dir" 18082 2 256m
 nginx -p "$dir" -c "$dir/origin.conf"
 nginx -p "$dir" -c "$dir/cache.conf"
 # Each server in a session of its own, as nginx's daemons are (setsid keeps the pid): with the

@@ -15,12 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-30000}
 concurrency=${2:-8}
-command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq nginx >/dev/null; }
+# nginx (installed if missing) and nginx_cache_conf, the one peer configuration.
+. scripts/bench-common.sh
 cargo build --profile production --quiet  # LTO: what to deploy (Cargo.toml)
 bin=target/production/secondhit
 dir=$(mktemp -d)
 chmod 755 "$dir"
-mkdir -p "$dir/cache" "$dir/logs"; chmod 777 "$dir/cache"
+mkdir -p "$dir/logs"
 trap 'kill $(cat "$dir"/*.pid 2>/dev/null) 2>/dev/null || true; nginx -p "$dir" -c "$dir/nginx.conf" -s stop 2>/dev/null || true; rm -rf "$dir"' EXIT
 
 trace=()
@@ -34,28 +35,7 @@ fi
 # Cache size: 5 % of the replayed part's working set, the same for both.
 ws=$($bin simulate "${trace[@]}" --limit "$requests" --policy admit-all --capacity-fraction 0.05 --json - \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["capacity_bytes"])')
-cat > "$dir/nginx.conf" <<NGINX
-worker_processes 2;
-pid $dir/nginx.pid;
-error_log $dir/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  proxy_cache_path $dir/cache levels=1:2 keys_zone=c:64m max_size=$ws inactive=1d use_temp_path=off;
-  upstream origin { server 127.0.0.1:18081; keepalive 64; }
-  server {
-    listen 127.0.0.1:18082;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_cache c;
-      proxy_cache_min_uses 2;
-      add_header X-Cache \$upstream_cache_status;
-    }
-  }
-}
-NGINX
+nginx_cache_conf "$dir/nginx.conf" "$dir" 18082 2 "$ws"
 
 printf '| cache | requests | hit ratio (X-Cache) | byte hit ratio | origin requests | origin offload | errors | corrupted | req/s | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 nginx_held=$ws
@@ -65,7 +45,7 @@ for cache in nginx secondhit secondhit-as-nginx; do
   # between sessions first, and a cache in this script's session would share the replayer's.
   setsid $bin origin --listen 127.0.0.1:18081 --max-age 86400 2>/dev/null & echo $! > "$dir/origin.pid"
   if [ $cache = nginx ]; then
-    rm -rf "$dir/cache"/*; nginx -p "$dir" -c "$dir/nginx.conf"; port=18082
+    rm -rf "$dir/nginx-cache"/*; nginx -p "$dir" -c "$dir/nginx.conf"; port=18082
   else
     # The third run (secondhit-as-nginx) gets the space nginx's cache really took.
     capacity=$ws; [ $cache = secondhit-as-nginx ] && capacity=$nginx_held
@@ -84,7 +64,7 @@ print(f"| {name} | {d['requests']:,} | {d['hit_ratio']*100:.2f} % | {d['byte_hit
 PY
   if [ $cache = nginx ]; then
     # nginx's cache manager evicts in the background: the cache may stand above max_size.
-    held=$(du -sb "$dir/cache" | cut -f1); nginx_held=$held
+    held=$(du -sb "$dir/nginx-cache" | cut -f1); nginx_held=$held
     nginx_note="nginx's cache held $(numfmt --to=iec "$held") on disk at the end, max_size $(numfmt --to=iec "$ws")"
     nginx -p "$dir" -c "$dir/nginx.conf" -s stop; sleep 0.5
   else
