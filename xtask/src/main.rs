@@ -529,6 +529,18 @@ mod tests {
     }
 
     #[test]
+    fn docs_benchmarks_md_is_what_the_results_make() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let runs = load_runs(&root.join("benchmarks")).unwrap();
+        let page = std::fs::read_to_string(root.join("docs/benchmarks.md")).unwrap();
+        assert!(
+            page == report(&runs),
+            "docs/benchmarks.md is not what benchmarks/*.json make: run `cargo xtask bench-report` \
+             (and never edit the page by hand)"
+        );
+    }
+
+    #[test]
     fn dates_are_utc_civil_dates() {
         assert_eq!(utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
