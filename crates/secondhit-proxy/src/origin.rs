@@ -166,7 +166,7 @@ impl Origins {
     /// are verified against the webpki roots and `tls.origin_ca_file`, with SNI from the
     /// origin's host name, and offered HTTP/2 by ALPN when `tls.origin_http2`.
     pub fn new(config: &Config) -> Result<Origins, TlsError> {
-        // Keys are normalised hosts already (config::de_hosts).
+        // Keys are normalised hosts already (config::de::de_hosts).
         let hosts: HashMap<String, OriginUrl> = config
             .hosts
             .iter()
