@@ -1,5 +1,20 @@
-//! The cache store: moka (the proxy's store, and on request the simulator's) and the exact
-//! stores of every eviction policy, for fast sweeps that equal libCacheSim's.
+//! # secondhit-store
+//!
+//! The cache stores `serve` and `simulate` share: moka (the proxy's store, and on request the
+//! simulator's) and the exact stores of every eviction policy, for fast sweeps that equal
+//! libCacheSim's. It sits below both the proxy and the lab because `serve`'s shadow policies
+//! step the same [`Lane`] the simulator does.
+//!
+//! ## Modules
+//!
+//! - this file: [`Eviction`], [`StoreKind`], [`Access`], the [`SimStore`] trait, [`exact`],
+//!   [`moka_builder`] and [`MokaStore`];
+//! - one file per exact eviction (`lru.rs`, `fifo.rs`, `clock.rs`, `sieve.rs`, `s3fifo.rs`,
+//!   `arc.rs`, `wtinylfu.rs`, `lfu.rs`, `belady.rs`), all on the slots of `arena.rs`;
+//! - `lane.rs`: [`Lane`], an admission policy in front of a store, and its [`Counts`];
+//! - `budget.rs`: [`WriteBudget`], a flash tier's token bucket of bytes;
+//! - [`oracle`]: libCacheSim's oracleGeneral record, which `serve --record` writes and
+//!   `simulate` reads.
 //!
 //! [`moka_builder`] configures moka the same way for `serve` and `simulate`: byte capacity and
 //! eviction policy. [`SimStore`] is what the simulator drives, one [`Access`] per request:
