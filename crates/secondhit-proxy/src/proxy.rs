@@ -34,6 +34,7 @@
 //! `cached::Entry`s of one weighed moka store.
 
 pub mod authority;
+mod build;
 pub mod cached;
 pub mod check;
 pub mod classify;
@@ -49,18 +50,19 @@ use crate::access_log::{self, AccessLog};
 use crate::admission::{Admission, Decision};
 use crate::body::{empty, ConnectionBudget, ProxyBody};
 use crate::clock::Clock;
-use crate::config::ValidConfig;
 use crate::disk::DiskTier;
 use crate::hash::KeyHash;
 use crate::http_cache::{request_plan, variant_key, Credentials, NoStore, RequestPlan, StoreRules};
-use crate::lab::{Lab, RecordOptions, Recorder, Shadows, Sighting};
+use crate::lab::{Lab, Sighting};
 use crate::metrics::Metrics;
 use crate::origin::Origins;
 use crate::origin::{OriginBody, OriginError};
-use crate::store::{moka_builder, Maintained};
+use crate::store::Maintained;
 use arc_swap::ArcSwap;
 use authority::AuthorityError;
-use cached::{CachedObject, Entry, FreshFor};
+pub use build::BuildError;
+use build::LabBasis;
+use cached::{CachedObject, Entry};
 use check::{Rules, Target};
 use classify::{classify, Classified, Intent, ResponseHead};
 use coalesce::{Inflight, Joined, Leader, Role, Streaming};
@@ -141,6 +143,14 @@ struct Storing {
     tiers: Tiers,
 }
 
+/// The origin's response head to a forwarded request, with what is kept of the request.
+struct Sent {
+    response: Response<OriginBody>,
+    method: Method,
+    /// The request's fields, when the response may be stored (they select its variant).
+    request_headers: Option<HeaderMap>,
+}
+
 /// The fields every response carries, named once (a `&str` name is parsed on every insert).
 const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
@@ -177,26 +187,6 @@ struct PathTimeouts {
     first_byte: Duration,
     coalesce_wait: Duration,
     client_body: Duration,
-}
-
-/// Why the proxy could not be built from a valid configuration.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// The admission filter could not be built as sized.
-    #[error("admission: {0}")]
-    Admission(#[from] crate::admission::PolicyError),
-    /// The trust for `https://` origins could not be set up (the CA file).
-    #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
-    /// The access log file could not be opened.
-    #[error("log.access_log_file: {0}")]
-    AccessLog(#[from] std::io::Error),
-    /// A shadow policy could not start.
-    #[error(transparent)]
-    Shadow(#[from] crate::lab::shadow::ShadowError),
-    /// The recording could not start (the message names the file).
-    #[error("{0}")]
-    Record(std::io::Error),
 }
 
 /// Why a purge was refused.
@@ -251,13 +241,6 @@ pub struct Proxy {
     keyed_invalidated: Cache<u64, Duration>,
 }
 
-/// URLs with keyed entries remembered before purges of URLs fall back to scanning the store:
-/// about 1.2 MB of filter at a 1 % false-positive rate (a false positive costs one scan).
-const KEYED_URLS: u64 = 1 << 20;
-
-/// URLs whose keyed entries an unsafe request invalidated, remembered at once.
-const KEYED_INVALIDATIONS: u64 = 1 << 16;
-
 /// The flash tier as the proxy uses it: the store, its own admission policy, and the time of
 /// the last purge it cannot apply object by object.
 pub struct DiskPart {
@@ -292,24 +275,6 @@ impl DiskPart {
     }
 }
 
-/// What the shadows take from the live cache when they start (policy, filter settings,
-/// eviction, capacity).
-type LabBasis = (
-    crate::admission::Policy,
-    crate::admission::Settings,
-    crate::store::Eviction,
-    u64,
-);
-
-fn lab_basis(config: &ValidConfig) -> LabBasis {
-    (
-        config.admission.policy,
-        config.admission.settings(),
-        config.cache.eviction,
-        config.cache.capacity,
-    )
-}
-
 /// The settings a reload swaps in: routes and origins, rules, limits, timeouts.
 pub(crate) struct Live {
     origins: Origins,
@@ -330,122 +295,11 @@ pub(crate) struct Live {
     stale_keep: Duration,
 }
 
-impl Live {
-    fn new(config: &ValidConfig) -> Result<Live, BuildError> {
-        let l = &config.limits;
-        Ok(Live {
-            origins: Origins::new(config)?,
-            rules: config.store_rules(),
-            forwarded: config.cache.forwarded_request_headers.clone(),
-            keyed: crate::http_cache::keyed_fields(
-                &config.cache.forwarded_request_headers,
-                &config.cache.forwarded_unkeyed_headers,
-            ),
-            check_rules: Rules {
-                scheme: "http",
-                default_port: 80,
-                max_uri: l.max_uri_bytes,
-            },
-            check_rules_tls: Rules {
-                scheme: "https",
-                default_port: 443,
-                max_uri: l.max_uri_bytes,
-            },
-            limits: BodyLimits {
-                max_object: config.cache.max_object_size(),
-                stream_buffer: l.stream_buffer_bytes,
-                request_ahead: l.request_body_buffer_bytes,
-            },
-            timeouts: PathTimeouts {
-                first_byte: config.timeouts.first_byte,
-                coalesce_wait: config.timeouts.coalesce_wait,
-                client_body: config.timeouts.client_body,
-            },
-            store_budget: Arc::new(Semaphore::new(
-                usize::try_from(l.store_buffer_bytes)
-                    .unwrap_or(usize::MAX)
-                    .min(Semaphore::MAX_PERMITS),
-            )),
-            bypass_cookies: config.cache.bypass_cookie_requests,
-            access_log: config.log.access_log,
-            stale_keep: config.cache.stale_keep,
-        })
-    }
-}
-
-fn store_shape(config: &ValidConfig) -> (u64, crate::store::Eviction, bool) {
-    (
-        config.cache.capacity,
-        config.cache.eviction,
-        config.cache.lab_mode,
-    )
-}
-
 /// The proxy's store: cache keys (client-chosen URLs) hashed with foldhash, seeded at random per
 /// store, as hashbrown's maps are. std's SipHash took 290 instructions a lookup on a 40-byte key
 /// (callgrind, every HIT and every miss); no run-to-run reproducibility is lost, as the live
 /// store was already seeded at random.
 type Store = Maintained<String, Entry, foldhash::quality::RandomState>;
-
-/// The moka store for a configuration: byte capacity, eviction, weights, expiry.
-fn build_store(config: &ValidConfig, disk: Option<(Arc<DiskTier>, Arc<dyn Clock>)>) -> Store {
-    let lab = config.cache.lab_mode;
-    let builder = moka_builder::<String, Entry>(config.cache.capacity, config.cache.eviction)
-        .weigher(move |k: &String, v: &Entry| v.weight(k, lab))
-        .expire_after(FreshFor)
-        .support_invalidation_closures();
-    let hasher = foldhash::quality::RandomState::default();
-    let cache: Cache<String, Entry, _> = match disk {
-        // What memory evicts for room, and the flash policy admitted, goes to disk once.
-        Some((tier, clock)) => builder
-            .eviction_listener(move |key: Arc<String>, entry: Entry, cause| {
-                if cause != moka::notification::RemovalCause::Size {
-                    return;
-                }
-                if let Entry::Object(obj) = entry {
-                    if obj
-                        .bound_for_disk
-                        .swap(false, std::sync::atomic::Ordering::Relaxed)
-                    {
-                        tier.write(&key, &obj, clock.now());
-                    }
-                }
-            })
-            .build_with_hasher(hasher),
-        None => builder.build_with_hasher(hasher),
-    };
-    Maintained::new(cache, lab)
-}
-
-/// The shadows and the recording a configuration asks for.
-fn build_lab(config: &ValidConfig) -> Result<Lab, BuildError> {
-    let l = &config.lab;
-    let shadows = if l.shadow.is_empty() {
-        None
-    } else {
-        Some(Shadows::start(
-            config.admission.policy,
-            &l.shadow,
-            &config.admission.settings(),
-            config.cache.eviction,
-            config.cache.capacity,
-            l.shadow_queue,
-        )?)
-    };
-    let recorder = match &l.record {
-        Some(path) => Some(
-            Recorder::start(RecordOptions {
-                path: path.clone(),
-                max_bytes: l.record_max_bytes,
-                keep: l.record_keep,
-                queue: l.record_queue,
-            })
-            .map_err(BuildError::Record)?,
-        ),
-        None => None,
-    };
-    Ok(Lab::new(shadows, recorder))
-}
 
 /// The access log line of a request, its response fields still to fill: clones of the
 /// request's own values (reference counts, no text made here).
@@ -573,115 +427,33 @@ enum Sight {
     Skip,
 }
 
+/// Whether and when a response is one sighting for the lab, and its size: the size announced
+/// (a 304, or the answer to a HEAD, keeps the object's Content-Length), or counted by the pump at
+/// the end of a body of unknown length. `sighted`: the request found its object or asked the
+/// policy.
+fn sight_of(
+    sighted: bool,
+    rparts: &http::response::Parts,
+    upstream_head: bool,
+    expected: Option<u64>,
+    storable: bool,
+) -> Sight {
+    let announced = if rparts.status == http::StatusCode::NOT_MODIFIED || upstream_head {
+        Some(content_length(&rparts.headers).unwrap_or(0))
+    } else {
+        expected
+    };
+    match (sighted, announced) {
+        (false, _) => Sight::Skip,
+        (true, Some(size)) => Sight::Now { size, storable },
+        (true, None) => Sight::Later,
+    }
+}
+
 impl Proxy {
-    /// Builds the proxy from a validated configuration. `clock` decides freshness and drives the
-    /// admission windows: the system clock in production, a manual one in tests. Fails only if
-    /// the admission filter cannot be allocated as sized.
-    pub fn new(config: &ValidConfig, clock: Arc<dyn Clock>) -> Result<Proxy, BuildError> {
-        Self::with_disk(config, clock, None)
-    }
-
-    /// As [`Proxy::new`], with a flash tier under the memory store (opened by the caller: it
-    /// needs the runtime), its admission policy `admission.disk`.
-    pub fn with_disk(
-        config: &ValidConfig,
-        clock: Arc<dyn Clock>,
-        disk: Option<Arc<DiskTier>>,
-    ) -> Result<Proxy, BuildError> {
-        let admission = config.admission.settings().build(config.admission.policy)?;
-        let disk = match disk {
-            Some(tier) => Some(Arc::new(DiskPart {
-                admission: config.admission.settings().build(config.admission.disk)?,
-                purged_before: std::sync::atomic::AtomicU64::new(tier.purge_mark(clock.now())),
-                tier,
-            })),
-            None => None,
-        };
-        let listener = disk
-            .as_ref()
-            .map(|d| (Arc::clone(&d.tier), Arc::clone(&clock)));
-        let access_log = OnceLock::new();
-        if let Some(target) = config.log.access_log_target() {
-            let _ = access_log.set(AccessLog::start(target)?);
-        }
-        Ok(Proxy {
-            live: ArcSwap::from_pointee(Live::new(config)?),
-            store: ArcSwap::from_pointee(build_store(config, listener)),
-            store_shape: std::sync::Mutex::new(store_shape(config)),
-            admission,
-            clock,
-            inflight: Arc::default(),
-            metrics: Metrics::default(),
-            access_log,
-            lab: build_lab(config)?,
-            lab_config: config.lab.clone(),
-            lab_basis: lab_basis(config),
-            disk,
-            keyed_urls: crate::bloom::Bloom::with_rate(KEYED_URLS, 0.01)
-                .map_err(crate::admission::PolicyError::from)?,
-            keyed_invalidated: Cache::builder().max_capacity(KEYED_INVALIDATIONS).build(),
-        })
-    }
-
     /// The flash tier, if there is one.
     pub fn disk(&self) -> Option<&DiskPart> {
         self.disk.as_deref()
-    }
-
-    /// Swaps in a new configuration, keeping the cache and the admission filter: routes and
-    /// origins, rules, limits and timeouts for every request from now on (requests in flight
-    /// finish on the settings they started with); the admission window now and its new sizing
-    /// from the next rotation; a new capacity or eviction by moving every stored object into a
-    /// new store. A different admission policy needs a restart: the current one stays, and the
-    /// returned notes say so. On error nothing has changed.
-    pub fn reload(&self, config: &ValidConfig) -> Result<Vec<String>, BuildError> {
-        let live = Live::new(config)?;
-        if let Some(target) = config.log.access_log_target() {
-            match self.access_log.get() {
-                Some(log) => log.retarget(target)?,
-                None => {
-                    let _ = self.access_log.set(AccessLog::start(target)?);
-                }
-            }
-        }
-        let mut notes = Vec::new();
-        let wanted = config.admission.policy.to_string();
-        if wanted == self.admission.name() {
-            self.admission.reconfigure(&config.admission.settings())?;
-        } else {
-            notes.push(format!(
-                "admission.policy {wanted}: another policy needs a restart; {} stays",
-                self.admission.name()
-            ));
-        }
-        if config.lab != self.lab_config {
-            notes.push(
-                "lab: shadows and recording change on a restart; they go on as started".into(),
-            );
-        } else if self.lab.shadows().is_some() && lab_basis(config) != self.lab_basis {
-            notes.push(
-                "lab.shadow: the shadows (and the live policy's row) keep the admission settings, eviction and capacity they started with until a restart".into(),
-            );
-        }
-        let shape = store_shape(config);
-        let mut current = self.store_shape.lock().unwrap_or_else(|p| p.into_inner());
-        if *current != shape {
-            let fresh = build_store(
-                config,
-                self.disk
-                    .as_ref()
-                    .map(|d| (Arc::clone(&d.tier), Arc::clone(&self.clock))),
-            );
-            let old = self.store.load_full();
-            for (k, v) in old.cache().iter() {
-                fresh.cache().insert(String::clone(&k), v);
-            }
-            fresh.cache().run_pending_tasks();
-            self.store.store(Arc::new(fresh));
-            *current = shape;
-        }
-        self.live.store(Arc::new(live));
-        Ok(notes)
     }
 
     /// Reopens the access log file (log rotation: SIGUSR1), if there is one.
@@ -1033,68 +805,63 @@ impl Proxy {
         // What memory defers and flash admits goes to disk at once, as the simulator's two
         // tiers do (no memory eviction will hand it down); it is coalesced like the rest.
         let (admit, tiers) = self.admit(target, key);
-        match admit {
-            Admit::Deferred => {
-                self.forward(
-                    parts,
-                    body,
-                    target,
-                    client,
-                    Intent::Deferred,
-                    Storing::default(),
-                    live,
-                )
-                .await
-            }
-            Admit::Lead(leader) => {
-                self.forward(
-                    parts,
-                    body,
-                    target,
-                    client,
-                    Intent::Admitted,
-                    Storing {
-                        leader: Some(leader),
-                        tiers,
-                    },
-                    live,
-                )
-                .await
-            }
+        let (intent, storing) = match admit {
+            Admit::Deferred => (Intent::Deferred, Storing::default()),
+            Admit::Lead(leader) => (
+                Intent::Admitted,
+                Storing {
+                    leader: Some(leader),
+                    tiers,
+                },
+            ),
             Admit::Follow(follower) => {
-                // A plain GET or HEAD streams the leader's body as it arrives; one with
-                // conditions is answered from the stored object.
-                let wait = live.timeouts.coalesce_wait;
-                let joined = if revalidate::is_plain(&parts.headers) {
-                    follower.join(wait, &parts.headers).await
-                } else {
-                    follower
-                        .wait(wait, &parts.headers)
-                        .await
-                        .map(Joined::Stored)
-                };
-                // As at lookup: an object not marked for credentials never answers a request
-                // that carries them.
-                let authorized = parts.headers.contains_key(header::AUTHORIZATION);
-                match joined {
-                    Some(Joined::Stored(f)) if f.object.auth_ok || !authorized => {
-                        self.metrics.coalesced();
-                        return self.hit(&f.object, &parts, Some("collapsed"));
-                    }
-                    Some(Joined::Streaming(s)) if s.head.auth_ok || !authorized => {
-                        self.metrics.coalesced();
-                        return self.stream_follower(&s, &parts);
-                    }
-                    _ => {}
+                if let Some(answer) = self.follow(follower, &parts, live).await {
+                    return answer;
                 }
                 // The leader failed, was too slow, or fetched another variant: fetch ourselves.
                 let storing = Storing {
                     leader: None,
                     tiers,
                 };
-                self.forward(parts, body, target, client, Intent::Admitted, storing, live)
-                    .await
+                (Intent::Admitted, storing)
             }
+        };
+        self.forward(parts, body, target, client, intent, storing, live)
+            .await
+    }
+
+    /// Phase 4 for a follower: the leader's object, or its body as it arrives, when it is the
+    /// same variant and may answer this request. `None`: fetch for ourselves.
+    async fn follow(
+        &self,
+        follower: coalesce::Follower,
+        parts: &Parts,
+        live: &Live,
+    ) -> Option<Answer> {
+        // A plain GET or HEAD streams the leader's body as it arrives; one with
+        // conditions is answered from the stored object.
+        let wait = live.timeouts.coalesce_wait;
+        let joined = if revalidate::is_plain(&parts.headers) {
+            follower.join(wait, &parts.headers).await
+        } else {
+            follower
+                .wait(wait, &parts.headers)
+                .await
+                .map(Joined::Stored)
+        };
+        // As at lookup: an object not marked for credentials never answers a request
+        // that carries them.
+        let authorized = parts.headers.contains_key(header::AUTHORIZATION);
+        match joined {
+            Some(Joined::Stored(f)) if f.object.auth_ok || !authorized => {
+                self.metrics.coalesced();
+                Some(self.hit(&f.object, parts, Some("collapsed")))
+            }
+            Some(Joined::Streaming(s)) if s.head.auth_ok || !authorized => {
+                self.metrics.coalesced();
+                Some(self.stream_follower(&s, parts))
+            }
+            _ => None,
         }
     }
 
@@ -1290,60 +1057,28 @@ impl Proxy {
             }
             _ => None,
         };
-        let (response, method, request_headers) = if let Some(pool) = lean {
-            let head = fetch::OriginHead {
-                method: &parts.method,
-                headers: &parts.headers,
-                target,
-                client,
-                forwarded: &live.forwarded,
-            };
-            let sent = async {
-                pool.send_bodyless(&target.origin, &head)
-                    .await
-                    .map_err(crate::origin::SendError::from)
-            };
-            let response = match self.fetch(sent, target, None, live).await {
-                Ok(r) => r,
-                Err(e) => return self.fetch_failed(e),
-            };
-            // The selecting headers of a stored variant are the ones the origin received.
-            let kept = (intent == Intent::Admitted).then_some(parts.headers);
-            (response, parts.method, kept)
+        let sent = if let Some(pool) = lean {
+            self.send_lean(pool, parts, target, client, intent, live)
+                .await
         } else {
             let upload = if body.is_end_stream() {
                 Upload::none()
             } else {
-                match Upload::read_ahead(body, live.limits.request_ahead, live.timeouts.client_body)
-                    .await
-                {
+                match self.read_upload(body, live).await {
                     Ok(u) => u,
-                    Err(FetchError::ClientBodyTimeout) => {
-                        return self.refuse(Refusal::RequestBodyTimeout)
-                    }
-                    Err(_) => return self.refuse(Refusal::BadRequestBody),
+                    Err(refused) => return refused,
                 }
             };
-            let upload_failed = upload.failed();
-            let method = parts.method.clone();
-            let kept = (intent == Intent::Admitted).then(|| parts.headers.clone());
-            let request = match upstream_request(
-                parts.method,
-                parts.headers,
-                target,
-                client,
-                upload.into_body(),
-                &live.forwarded,
-            ) {
-                Ok(r) => r,
-                Err(_) => return self.refuse(Refusal::BadTarget),
-            };
-            let sent = live.origins.send(&target.origin, request);
-            let response = match self.fetch(sent, target, Some(&upload_failed), live).await {
-                Ok(r) => r,
-                Err(e) => return self.fetch_failed(e),
-            };
-            (response, method, kept)
+            self.send_upload(parts, upload, target, client, intent, live)
+                .await
+        };
+        let Sent {
+            response,
+            method,
+            request_headers,
+        } = match sent {
+            Ok(sent) => sent,
+            Err(failed) => return failed,
         };
         if !is_safe(&method)
             && (response.status().is_success() || response.status().is_redirection())
@@ -1362,6 +1097,86 @@ impl Proxy {
             budget,
         };
         self.respond(response, target, exchange, live).await
+    }
+
+    /// Phase 5 for a GET or HEAD without a body, by the lean exchange: its head written
+    /// straight from the client's.
+    async fn send_lean(
+        &self,
+        pool: &crate::origin::pool::Pool,
+        parts: Parts,
+        target: &Target,
+        client: IpAddr,
+        intent: Intent,
+        live: &Live,
+    ) -> Result<Sent, Answer> {
+        let head = fetch::OriginHead {
+            method: &parts.method,
+            headers: &parts.headers,
+            target,
+            client,
+            forwarded: &live.forwarded,
+        };
+        let sent = async {
+            pool.send_bodyless(&target.origin, &head)
+                .await
+                .map_err(crate::origin::SendError::from)
+        };
+        let response = self
+            .fetch(sent, target, None, live)
+            .await
+            .map_err(|e| self.fetch_failed(e))?;
+        // The selecting headers of a stored variant are the ones the origin received.
+        let kept = (intent == Intent::Admitted).then_some(parts.headers);
+        Ok(Sent {
+            response,
+            method: parts.method,
+            request_headers: kept,
+        })
+    }
+
+    /// The client's request body, read ahead up to `limits.request_body_buffer_bytes` before
+    /// the request goes to the origin; a refusal if it breaks off or is too slow.
+    async fn read_upload(&self, body: Incoming, live: &Live) -> Result<Upload, Answer> {
+        match Upload::read_ahead(body, live.limits.request_ahead, live.timeouts.client_body).await {
+            Ok(u) => Ok(u),
+            Err(FetchError::ClientBodyTimeout) => Err(self.refuse(Refusal::RequestBodyTimeout)),
+            Err(_) => Err(self.refuse(Refusal::BadRequestBody)),
+        }
+    }
+
+    /// Phase 5 for any other request, through the origin's client, with its body.
+    async fn send_upload(
+        &self,
+        parts: Parts,
+        upload: Upload,
+        target: &Target,
+        client: IpAddr,
+        intent: Intent,
+        live: &Live,
+    ) -> Result<Sent, Answer> {
+        let upload_failed = upload.failed();
+        let method = parts.method.clone();
+        let kept = (intent == Intent::Admitted).then(|| parts.headers.clone());
+        let request = upstream_request(
+            parts.method,
+            parts.headers,
+            target,
+            client,
+            upload.into_body(),
+            &live.forwarded,
+        )
+        .map_err(|_| self.refuse(Refusal::BadTarget))?;
+        let sent = live.origins.send(&target.origin, request);
+        let response = self
+            .fetch(sent, target, Some(&upload_failed), live)
+            .await
+            .map_err(|e| self.fetch_failed(e))?;
+        Ok(Sent {
+            response,
+            method,
+            request_headers: kept,
+        })
     }
 
     /// Phases 6 and 7 for an origin response: classify it, then stream it to the client and,
@@ -1392,23 +1207,7 @@ impl Proxy {
             SystemTime::now(),
         );
         if c.store.is_some() && x.tiers == Tiers::DiskOnly {
-            // For the flash tier only: told now whether the disk takes it (its size, the write
-            // budget), so that the client is told the truth; else as the memory policy said.
-            let taken = match (expected, self.disk()) {
-                (Some(n), Some(d)) if !x.upstream_head => {
-                    d.tier.reserve(n, self.clock.now()) == crate::disk::Written::Queued
-                }
-                _ => false,
-            };
-            if taken {
-                c.status.detail = Some("disk");
-            } else {
-                c = Classified {
-                    outcome: Outcome::Deferred,
-                    status: CacheStatus::forwarded(Fwd::UriMiss, Some("deferred")),
-                    store: None,
-                };
-            }
+            self.settle_disk_only(&mut c, expected, x.upstream_head);
         }
         // Without a store job the leader is dropped here, and its followers fetch for themselves.
         let job = c.store.map(|freshness| StoreJob {
@@ -1424,16 +1223,7 @@ impl Proxy {
         // What the lab is told: the size announced (a 304 keeps the object's Content-Length),
         // or counted by the pump at the end of a body of unknown length.
         let storable = matches!(c.outcome, Outcome::Miss | Outcome::Deferred);
-        let announced = if rparts.status == http::StatusCode::NOT_MODIFIED || x.upstream_head {
-            Some(content_length(&rparts.headers).unwrap_or(0))
-        } else {
-            expected
-        };
-        let sight = match (x.sight, announced) {
-            (false, _) => Sight::Skip,
-            (true, Some(size)) => Sight::Now { size, storable },
-            (true, None) => Sight::Later,
-        };
+        let sight = sight_of(x.sight, &rparts, x.upstream_head, expected, storable);
         let sight_later = (sight == Sight::Later).then_some((target.id, storable));
 
         // 7. pump (or, for a small body, read it whole here)
@@ -1455,6 +1245,27 @@ impl Proxy {
             outcome: c.outcome,
             status: c.status,
             sight,
+        }
+    }
+
+    /// For an object bound for the flash tier only: whether the disk takes it (its size, the
+    /// write budget) is settled now, so that the client is told the truth; if not, the response
+    /// is deferred, as the memory policy said.
+    fn settle_disk_only(&self, c: &mut Classified, expected: Option<u64>, upstream_head: bool) {
+        let taken = match (expected, self.disk()) {
+            (Some(n), Some(d)) if !upstream_head => {
+                d.tier.reserve(n, self.clock.now()) == crate::disk::Written::Queued
+            }
+            _ => false,
+        };
+        if taken {
+            c.status.detail = Some("disk");
+        } else {
+            *c = Classified {
+                outcome: Outcome::Deferred,
+                status: CacheStatus::forwarded(Fwd::UriMiss, Some("deferred")),
+                store: None,
+            };
         }
     }
 
