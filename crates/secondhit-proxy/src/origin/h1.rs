@@ -471,16 +471,8 @@ fn parse(
             buf,
             &mut fields,
         );
-        let len = match parsed {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() >= max_head => {
-                return Err(H1Error::TooLarge(max_head))
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => return Err(H1Error::TooManyFields),
-            Err(httparse::Error::Status) => return Err(H1Error::Malformed("status line")),
-            Err(httparse::Error::Version) => return Err(H1Error::Malformed("HTTP version")),
-            Err(_) => return Err(H1Error::Malformed("header field")),
+        let Some(len) = head_len(parsed, buf.len(), max_head)? else {
+            return Ok(None);
         };
         if len > max_head {
             return Err(H1Error::TooLarge(max_head));
@@ -526,54 +518,7 @@ fn parse(
             ]
         }));
         let head = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(spans.len());
-        // `Connection` (and the older `Keep-Alive` and `Proxy-Connection`) are hop-by-hop: the
-        // proxy removes them before anything else reads the head. When `Connection` names
-        // nothing but `close` and `keep-alive` (nearly every response), they are left out here,
-        // which spares the map an insertion and later a search and a removal of each (1,500
-        // instructions a miss in callgrind); otherwise they go in, and are removed with the
-        // fields `Connection` names, as before.
-        let mut connection = ConnectionOptions::default();
-        let mut set_aside = 0u128; // by field index (MAX_HEADERS < 128)
-        for (i, &[n0, n1, v0, v1]) in spans.iter().enumerate() {
-            // Told apart by length first: few other fields have 10 or 16 bytes.
-            let raw = &head[n0..n1];
-            let hop_by_hop = match raw.len() {
-                10 if raw.eq_ignore_ascii_case(b"connection") => {
-                    connection.read(&head[v0..v1]);
-                    true
-                }
-                10 => raw.eq_ignore_ascii_case(b"keep-alive"),
-                16 => raw.eq_ignore_ascii_case(b"proxy-connection"),
-                _ => false,
-            };
-            if hop_by_hop {
-                set_aside |= 1 << i;
-                continue;
-            }
-            let name = field_name(names, i, raw)?;
-            // httparse (default `ParserConfig`: no obs-fold, no skipping of invalid lines) ends
-            // a value at the first byte outside HTAB and 0x20..=0xFF but DEL and fails the parse
-            // unless that byte starts the line's end, so every value it returns is made of
-            // valid value bytes (`values_httparse_returns_are_valid_values` checks all 256).
-            let value = prevalidated_value(head.slice(v0..v1))
-                .ok_or(H1Error::Malformed("header field value"))?;
-            headers.append(name, value);
-        }
-        if connection.names_others && set_aside != 0 {
-            // Fields named in `Connection`: put the set-aside fields back, for
-            // `http_cache::strip_hop_by_hop` to remove them and what they name.
-            for (i, &[n0, n1, v0, v1]) in spans.iter().enumerate() {
-                if set_aside & (1 << i) != 0 {
-                    if let (Ok(name), Some(value)) = (
-                        HeaderName::from_bytes(&head[n0..n1]),
-                        prevalidated_value(head.slice(v0..v1)),
-                    ) {
-                        headers.append(name, value);
-                    }
-                }
-            }
-        }
+        let (mut headers, connection) = head_fields(&head, spans, names)?;
         let (body, keep_alive) = framing(status, version, connection, &mut headers, head_request)?;
         return Ok(Some(Head {
             status,
@@ -583,6 +528,81 @@ fn parse(
             body,
             keep_alive,
         }));
+    }
+}
+
+/// The fields of a response `head` split off the read buffer, at `spans`, as a map without the
+/// hop-by-hop fields when `Connection` names nothing else; and what `Connection` says.
+fn head_fields(
+    head: &Bytes,
+    spans: &[Span],
+    names: &mut Vec<Option<(Vec<u8>, HeaderName)>>,
+) -> Result<(HeaderMap, ConnectionOptions), H1Error> {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    // `Connection` (and the older `Keep-Alive` and `Proxy-Connection`) are hop-by-hop: the
+    // proxy removes them before anything else reads the head. When `Connection` names
+    // nothing but `close` and `keep-alive` (nearly every response), they are left out here,
+    // which spares the map an insertion and later a search and a removal of each, on every
+    // miss; otherwise they go in, and are removed with the fields `Connection` names.
+    let mut connection = ConnectionOptions::default();
+    let mut set_aside = 0u128; // by field index (MAX_HEADERS < 128)
+    for (i, &[n0, n1, v0, v1]) in spans.iter().enumerate() {
+        // Told apart by length first: few other fields have 10 or 16 bytes.
+        let raw = &head[n0..n1];
+        let hop_by_hop = match raw.len() {
+            10 if raw.eq_ignore_ascii_case(b"connection") => {
+                connection.read(&head[v0..v1]);
+                true
+            }
+            10 => raw.eq_ignore_ascii_case(b"keep-alive"),
+            16 => raw.eq_ignore_ascii_case(b"proxy-connection"),
+            _ => false,
+        };
+        if hop_by_hop {
+            set_aside |= 1 << i;
+            continue;
+        }
+        let name = field_name(names, i, raw)?;
+        // httparse (default `ParserConfig`: no obs-fold, no skipping of invalid lines) ends
+        // a value at the first byte outside HTAB and 0x20..=0xFF but DEL and fails the parse
+        // unless that byte starts the line's end, so every value it returns is made of
+        // valid value bytes (`values_httparse_returns_are_valid_values` checks all 256).
+        let value = prevalidated_value(head.slice(v0..v1))
+            .ok_or(H1Error::Malformed("header field value"))?;
+        headers.append(name, value);
+    }
+    if connection.names_others && set_aside != 0 {
+        // Fields named in `Connection`: put the set-aside fields back, for
+        // `http_cache::strip_hop_by_hop` to remove them and what they name.
+        for (i, &[n0, n1, v0, v1]) in spans.iter().enumerate() {
+            if set_aside & (1 << i) != 0 {
+                if let (Ok(name), Some(value)) = (
+                    HeaderName::from_bytes(&head[n0..n1]),
+                    prevalidated_value(head.slice(v0..v1)),
+                ) {
+                    headers.append(name, value);
+                }
+            }
+        }
+    }
+    Ok((headers, connection))
+}
+
+/// The length of a response head httparse `parsed` off a buffer of `buffered` bytes; `None`
+/// when more bytes are needed, an error when they would be more than `max_head`.
+fn head_len(
+    parsed: Result<httparse::Status<usize>, httparse::Error>,
+    buffered: usize,
+    max_head: usize,
+) -> Result<Option<usize>, H1Error> {
+    match parsed {
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) if buffered >= max_head => Err(H1Error::TooLarge(max_head)),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(H1Error::TooManyFields),
+        Err(httparse::Error::Status) => Err(H1Error::Malformed("status line")),
+        Err(httparse::Error::Version) => Err(H1Error::Malformed("HTTP version")),
+        Err(_) => Err(H1Error::Malformed("header field")),
     }
 }
 

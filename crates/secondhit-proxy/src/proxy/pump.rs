@@ -33,7 +33,7 @@ use super::cached::{CachedObject, Entry};
 use super::coalesce::{Fetched, Leader, Streaming};
 use super::growing::Growing;
 use super::{Live, Proxy};
-use crate::body::{channel, channel_within, BoxError, ConnectionBudget, ProxyBody};
+use crate::body::{channel, channel_within, BoxError, ConnectionBudget, ProxyBody, Sender};
 use crate::http_cache::{variant_key, vary_fields, Freshness};
 use crate::origin::{OriginBody, OriginError};
 use bytes::{Bytes, BytesMut};
@@ -217,57 +217,13 @@ impl Proxy {
             let max_object = live.limits.max_object;
             // Sized from Content-Length when known, so a stored body holds no spare capacity.
             let initial = expected.unwrap_or(0).min(max_object) as usize;
-            let mut stored = job.as_ref().map(|_| StoreBuffer::new(initial));
-            let mut received = 0u64;
-            let mut failed = false;
-            let mut whole = false;
-            let mut client_alive = true;
-            loop {
-                let frame = match tokio::time::timeout(live.timeouts.first_byte, body.frame()).await
-                {
-                    Ok(None) => {
-                        whole = true;
-                        break;
-                    }
-                    Ok(Some(Ok(f))) => f,
-                    Ok(Some(Err(e))) => {
-                        failed = true;
-                        proxy.metrics.origin_error(OriginError::Body);
-                        tracing::warn!(error = %e, "origin body broke off");
-                        if client_alive {
-                            tx.fail(Box::new(e)).await;
-                        }
-                        break;
-                    }
-                    Err(_) => {
-                        failed = true;
-                        proxy.metrics.origin_error(OriginError::Body);
-                        tracing::warn!("origin body stalled");
-                        if client_alive {
-                            tx.fail("origin body stalled".into()).await;
-                        }
-                        break;
-                    }
-                };
-                if let Some(data) = frame.data_ref() {
-                    received += data.len() as u64;
-                    if let Some(s) = stored.as_mut() {
-                        // Past either budget: serve it, do not store it.
-                        if let Err(overflow) = s.push(data, max_object, &live.store_budget) {
-                            if matches!(overflow, Overflow::OverBudget) {
-                                proxy.metrics.store_over_budget();
-                            }
-                            stored = None;
-                        }
-                    }
-                }
-                if client_alive && tx.send(frame).await.is_err() {
-                    client_alive = false;
-                }
-                if !client_alive && stored.is_none() {
-                    break; // nobody to serve and nothing to store: drop the fetch
-                }
-            }
+            let stored = job.as_ref().map(|_| StoreBuffer::new(initial));
+            let Relayed {
+                stored,
+                received,
+                failed,
+                whole,
+            } = proxy.relay(&mut body, &tx, stored, &live).await;
             proxy.metrics.origin_bytes(received);
             // A body of unknown length: the lab sees its object when it ends (storable only if
             // it came whole; a client that left early leaves the size counted so far).
@@ -283,6 +239,75 @@ impl Proxy {
             }
         });
         client_body.boxed()
+    }
+
+    /// The body of [`Proxy::pump`]'s task: relays the origin's frames to the client and into
+    /// `stored` (dropped past either budget) until the body ends, breaks off, stalls for
+    /// `first_byte`, or has nobody left to serve and nothing to store. `body` and `tx` stay the
+    /// caller's: the client's body ends when the task does, after the object is stored.
+    async fn relay(
+        &self,
+        body: &mut OriginBody,
+        tx: &Sender,
+        mut stored: Option<StoreBuffer>,
+        live: &Live,
+    ) -> Relayed {
+        let max_object = live.limits.max_object;
+        let mut received = 0u64;
+        let mut failed = false;
+        let mut whole = false;
+        let mut client_alive = true;
+        loop {
+            let frame = match tokio::time::timeout(live.timeouts.first_byte, body.frame()).await {
+                Ok(None) => {
+                    whole = true;
+                    break;
+                }
+                Ok(Some(Ok(f))) => f,
+                Ok(Some(Err(e))) => {
+                    failed = true;
+                    self.metrics.origin_error(OriginError::Body);
+                    tracing::warn!(error = %e, "origin body broke off");
+                    if client_alive {
+                        tx.fail(Box::new(e)).await;
+                    }
+                    break;
+                }
+                Err(_) => {
+                    failed = true;
+                    self.metrics.origin_error(OriginError::Body);
+                    tracing::warn!("origin body stalled");
+                    if client_alive {
+                        tx.fail("origin body stalled".into()).await;
+                    }
+                    break;
+                }
+            };
+            if let Some(data) = frame.data_ref() {
+                received += data.len() as u64;
+                if let Some(s) = stored.as_mut() {
+                    // Past either budget: serve it, do not store it.
+                    if let Err(overflow) = s.push(data, max_object, &live.store_budget) {
+                        if matches!(overflow, Overflow::OverBudget) {
+                            self.metrics.store_over_budget();
+                        }
+                        stored = None;
+                    }
+                }
+            }
+            if client_alive && tx.send(frame).await.is_err() {
+                client_alive = false;
+            }
+            if !client_alive && stored.is_none() {
+                break; // nobody to serve and nothing to store: drop the fetch
+            }
+        }
+        Relayed {
+            stored,
+            received,
+            failed,
+            whole,
+        }
     }
 
     /// [`Proxy::pump`] for a body of `n` bytes being stored, `2n` reserved from the store budget:
@@ -494,4 +519,15 @@ fn stored_key(job: &StoreJob) -> String {
     } else {
         variant_key(&job.primary, &fields, &job.request_headers)
     }
+}
+/// What [`Proxy::relay`] saw of an origin body.
+struct Relayed {
+    /// The body as stored, if it stayed within both budgets.
+    stored: Option<StoreBuffer>,
+    /// Bytes received from the origin.
+    received: u64,
+    /// The body broke off or stalled.
+    failed: bool,
+    /// The body ended (all of it came).
+    whole: bool,
 }

@@ -125,17 +125,9 @@ impl Proxy {
         stored: Arc<CachedObject>,
         live: &Arc<Live>,
     ) -> Answer {
-        let authorized = parts.headers.contains_key(header::AUTHORIZATION);
-        let leader = match self.inflight.join(key) {
-            Role::Leader(l) => Some(l),
-            Role::Follower(f) => {
-                let fetched = f.wait(live.timeouts.coalesce_wait, &parts.headers).await;
-                if let Some(f) = fetched.filter(|f| f.object.auth_ok || !authorized) {
-                    self.metrics.coalesced();
-                    return self.hit(&f.object, &parts, Some("collapsed"));
-                }
-                None
-            }
+        let leader = match self.lead_or_wait(key, &parts, live).await {
+            Ok(leader) => leader,
+            Err(collapsed) => return collapsed,
         };
         let headers = conditional_headers(&parts.headers, &stored.headers.to_map());
         let request = match upstream_request(
@@ -172,60 +164,12 @@ impl Proxy {
             let (mut rparts, _) = response.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
             if validates(&stored.headers.to_map(), &rparts.headers) {
-                let credentials = Credentials::of(&parts.headers).forwarded(|n| {
-                    super::check::Forwarding::new(&Method::GET, &live.forwarded).keeps(n)
-                });
-                let (refreshed, shared) =
-                    self.refresh(key, &stored, &rparts.headers, credentials, live);
-                // Waiters get the refreshed object only if it was stored for everyone; else the
-                // leader is dropped and each fetches for itself.
-                if let Some(leader) = leader.filter(|_| shared) {
-                    leader.complete(Arc::new(Fetched {
-                        object: Arc::clone(&refreshed),
-                        primary: target.key.clone(),
-                        key: key.to_string(),
-                    }));
-                }
-                let (response, mut cs) =
-                    hit::serve(&refreshed, &parts.method, &parts.headers, self.clock.now());
-                cs.hit = false;
-                cs.fwd = Some(Fwd::Stale);
-                cs.fwd_status = Some(304);
-                return Answer {
-                    response,
-                    outcome: Outcome::Revalidated,
-                    status: cs,
-                    sight: Sight::Now {
-                        size: refreshed.body.len() as u64,
-                        storable: true,
-                    },
-                };
+                return self.refreshed(key, &stored, &rparts.headers, &parts, target, leader, live);
             }
             // A 304 for something else than what is stored: nothing to refresh; fetch it whole.
-            self.store.load().cache().invalidate(key);
-            let request = conditional_headers(&parts.headers, &HeaderMap::new());
-            let Ok(request) = upstream_request(
-                Method::GET,
-                request,
-                target,
-                client,
-                empty(),
-                &live.forwarded,
-            ) else {
-                return self.refuse(Refusal::BadTarget);
-            };
-            return match self
-                .fetch(
-                    live.origins.send(&target.origin, request),
-                    target,
-                    None,
-                    live,
-                )
-                .await
-            {
-                Ok(r) => self.replace(r, &parts, target, leader, live).await,
-                Err(e) => self.fetch_failed(e),
-            };
+            return self
+                .refetch(key, &parts, target, client, leader, live)
+                .await;
         }
         if matches!(status.as_u16(), 500 | 502 | 503 | 504)
             && stored.may_serve_on_error(self.clock.now())
@@ -233,6 +177,107 @@ impl Proxy {
             return self.stale(&stored, &parts, true);
         }
         self.replace(response, &parts, target, leader, live).await
+    }
+
+    /// One conditional request per key at a time: `Ok(Some)` to lead it, `Ok(None)` to fetch
+    /// alone (the leader failed, was too slow, or its object may not answer this request), or
+    /// `Err` the leader's refreshed object, for a follower.
+    async fn lead_or_wait(
+        &self,
+        key: &str,
+        parts: &Parts,
+        live: &Live,
+    ) -> Result<Option<Leader>, Answer> {
+        let authorized = parts.headers.contains_key(header::AUTHORIZATION);
+        match self.inflight.join(key) {
+            Role::Leader(l) => Ok(Some(l)),
+            Role::Follower(f) => {
+                let fetched = f.wait(live.timeouts.coalesce_wait, &parts.headers).await;
+                if let Some(f) = fetched.filter(|f| f.object.auth_ok || !authorized) {
+                    self.metrics.coalesced();
+                    return Err(self.hit(&f.object, parts, Some("collapsed")));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// A 304 that validates the stored object: refresh it with the 304's fields, hand it to
+    /// the waiters if it was stored for everyone, and answer from it.
+    #[allow(clippy::too_many_arguments)]
+    fn refreshed(
+        &self,
+        key: &str,
+        stored: &Arc<CachedObject>,
+        not_modified: &HeaderMap,
+        parts: &Parts,
+        target: &Target,
+        leader: Option<Leader>,
+        live: &Live,
+    ) -> Answer {
+        let credentials = Credentials::of(&parts.headers)
+            .forwarded(|n| super::check::Forwarding::new(&Method::GET, &live.forwarded).keeps(n));
+        let (refreshed, shared) = self.refresh(key, stored, not_modified, credentials, live);
+        // Waiters get the refreshed object only if it was stored for everyone; else the
+        // leader is dropped and each fetches for itself.
+        if let Some(leader) = leader.filter(|_| shared) {
+            leader.complete(Arc::new(Fetched {
+                object: Arc::clone(&refreshed),
+                primary: target.key.clone(),
+                key: key.to_string(),
+            }));
+        }
+        let (response, mut cs) =
+            hit::serve(&refreshed, &parts.method, &parts.headers, self.clock.now());
+        cs.hit = false;
+        cs.fwd = Some(Fwd::Stale);
+        cs.fwd_status = Some(304);
+        Answer {
+            response,
+            outcome: Outcome::Revalidated,
+            status: cs,
+            sight: Sight::Now {
+                size: refreshed.body.len() as u64,
+                storable: true,
+            },
+        }
+    }
+
+    /// After a 304 that does not validate what is stored: drop the entry and fetch the object
+    /// whole (the client's own conditions only), to replace it.
+    async fn refetch(
+        self: &Arc<Self>,
+        key: &str,
+        parts: &Parts,
+        target: &Target,
+        client: IpAddr,
+        leader: Option<Leader>,
+        live: &Arc<Live>,
+    ) -> Answer {
+        self.store.load().cache().invalidate(key);
+        let request = conditional_headers(&parts.headers, &HeaderMap::new());
+        let Ok(request) = upstream_request(
+            Method::GET,
+            request,
+            target,
+            client,
+            empty(),
+            &live.forwarded,
+        ) else {
+            return self.refuse(Refusal::BadTarget);
+        };
+        match self
+            .fetch(
+                live.origins.send(&target.origin, request),
+                target,
+                None,
+                live,
+            )
+            .await
+        {
+            Ok(r) => self.replace(r, parts, target, leader, live).await,
+            Err(e) => self.fetch_failed(e),
+        }
     }
 
     /// A full response to a revalidation replaces the stored object (no admission: it was
