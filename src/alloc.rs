@@ -3,9 +3,9 @@
 //! The `mimalloc` crate sends every Rust allocation through `mi_malloc_aligned`, alignment and
 //! all. In mimalloc 3, that call takes its fast path only for blocks of at most 1 KiB, or when
 //! the block size is a power of two. Anything else goes to the generic aligned path. That path
-//! over-allocates by `align - 1` bytes, so the block lands one size class up, and it costs about
-//! 170 instructions more. callgrind found it under every request: the `HeaderMap` of a
-//! response, hyper's header-read timer, the boxed work of a miss.
+//! over-allocates by `align - 1` bytes, so the block lands one size class up, and it is slower.
+//! Such layouts sit under every request: the `HeaderMap` of a response, hyper's header-read
+//! timer, the boxed work of a miss.
 //!
 //! A Rust type's size is a multiple of its alignment. For such a layout with an alignment of at
 //! most 16, plain `mi_malloc` already returns a well-aligned block (see [`natural`]), so those

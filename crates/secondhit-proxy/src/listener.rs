@@ -60,8 +60,8 @@ pub fn http_builder(
         .max_buf_size(limits.max_header_bytes)
         .keep_alive(true);
     // hyper parses into stack arrays of its default size (100 fields) unless given a number,
-    // and then builds arrays of that size element by element for every request head (1,750
-    // instructions a request in callgrind): the default is only passed on when it differs.
+    // and then builds arrays of that size element by element for every request head: the
+    // default is only passed on when it differs.
     if limits.max_headers != HYPER_MAX_HEADERS {
         builder.http1().max_headers(limits.max_headers);
     }

@@ -296,9 +296,10 @@ pub(crate) struct Live {
 }
 
 /// The proxy's store: cache keys (client-chosen URLs) hashed with foldhash, seeded at random per
-/// store, as hashbrown's maps are. std's SipHash took 290 instructions a lookup on a 40-byte key
-/// (callgrind, every HIT and every miss); no run-to-run reproducibility is lost, as the live
-/// store was already seeded at random.
+/// store, as hashbrown's maps are: the random seed is what keeps client-chosen keys from being
+/// aimed at one bucket, and foldhash keeps it at a fraction of SipHash's cost on a lookup every
+/// HIT and every miss makes. No run-to-run reproducibility is lost, as the live store was
+/// already seeded at random.
 type Store = Maintained<String, Entry, foldhash::quality::RandomState>;
 
 /// The access log line of a request, its response fields still to fill: clones of the
@@ -548,11 +549,10 @@ impl Proxy {
     /// while a refresh runs), the [`Handling`] is ready and holds only the response. Only a
     /// request that needs the origin or the flash tier gets a future for the rest, boxed.
     ///
-    /// Before this split, every request ran as one future sized for the longest path. That
-    /// future was 6.7 KB for a HIT too. hyper moves it into the connection's allocation, and
-    /// every `.await` moved the inner futures, so a HIT copied about 16 KB. With 1,000
-    /// connections most of those copies landed in memory that had left the cache: 80 of a HIT's
-    /// 140 last-level write misses in callgrind's cache model.
+    /// One future for every request would be sized for the longest path, a HIT's too. hyper
+    /// moves it into the connection's allocation, and every `.await` moves the inner futures,
+    /// so a HIT would copy kilobytes it never uses; with many connections those copies land in
+    /// memory that has left the CPU's cache.
     ///
     /// Phases 1 to 3 and [`Proxy::finish`] therefore run inside hyper's `Service::call`. Over
     /// HTTP/2 that is the connection's task, not the stream's, so they must not panic on any

@@ -156,8 +156,8 @@ pub fn collect_with_progress(
     requests: impl Iterator<Item = Result<Request, TraceError>>,
     mut progress: impl FnMut(u64),
 ) -> Result<TraceStats, TraceError> {
-    // Reading a batch, then counting it, lets the CPU overlap the hash map's cache misses
-    // (measured: 2.9 s -> about 1.3 s on 10 million requests, 3.9 million objects).
+    // Reading a batch, then counting it, lets the CPU overlap the hash map's cache misses,
+    // which a request-by-request loop would wait on one after the other.
     const BATCH: usize = 1 << 14;
     let mut c = Collector::default();
     let mut batch = Vec::with_capacity(BATCH);

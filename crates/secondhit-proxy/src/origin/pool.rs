@@ -60,8 +60,9 @@ pub struct Pool {
     idle_timeout: Duration,
     /// The largest response head accepted, and the most read from a body at a time.
     max_head: usize,
-    /// Keyed by authority, one map for `http` origins and one for `https` (foldhash: SipHash took
-    /// 240 instructions a miss here).
+    /// Keyed by authority, one map for `http` origins and one for `https` (foldhash: the keys
+    /// are the operator's origins, not client input, so SipHash's flood resistance buys nothing
+    /// on a lookup every miss makes).
     shelves: [foldhash::HashMap<Box<str>, Arc<Shelf>>; 2],
     sweeping: Arc<AtomicBool>,
 }
