@@ -41,15 +41,15 @@ NGINX
 # The peer every caching scenario is measured against, configured once for every script:
 # nginx proxy_cache in front of the origin at 127.0.0.1:${ORIGIN_PORT:-18081}, listening on
 # 127.0.0.1:$3, storing an object on its $4-th request (2: nginx's own "second hit"; 1: every
-# miss), at most $5 bytes in $2/nginx-cache. Access log: NGINX_LOG (default off); workers:
-# NGINX_WORKERS (default 2). The pid file is $1.pid.
+# miss), at most $5 bytes in $2/nginx-cache, its pid in file $6. Access log: NGINX_LOG (default
+# off); workers: NGINX_WORKERS (default 2).
 nginx_cache_conf() {
-  local conf=$1 dir=$2 port=$3 min_uses=$4 max_size=$5
+  local conf=$1 dir=$2 port=$3 min_uses=$4 max_size=$5 pid=$6
   mkdir -p "$dir/nginx-cache" "$dir/logs"
   chmod 777 "$dir/nginx-cache"
   cat > "$conf" <<NGINX
 worker_processes ${NGINX_WORKERS:-2};
-pid $conf.pid;
+pid $pid;
 error_log $dir/logs/nginx-cache-$port.log warn;
 worker_rlimit_nofile 65536;
 events { worker_connections 8192; }

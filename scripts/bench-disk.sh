@@ -53,7 +53,7 @@ echo "trace: gen-trace --objects $objects --requests $requests --alpha 0.9 --one
 echo "working set $(numfmt --to=iec "$working_set"); memory $(numfmt --to=iec "$memory") ($memory_fraction), flash $(numfmt --to=iec "$disk") ($disk_fraction); concurrency $concurrency; $(date -u +%F), $(nproc) cores"
 echo
 
-nginx_conf() { nginx_cache_conf "$dir/nginx.conf" "$dir" 18082 "$1" "$disk"; }
+nginx_conf() { nginx_cache_conf "$dir/nginx.conf" "$dir" 18082 "$1" "$disk" "$dir/nginx.pid"; }
 
 # Bytes written to flash so far: by foyer, or by a set of processes (field of /proc/<pid>/io; a
 # process that has exited, such as nginx's cache loader, no longer counts).

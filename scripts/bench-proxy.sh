@@ -75,7 +75,7 @@ if [ -n "${ACCESS_LOG:-}" ]; then
   SECONDHIT_LOG=(--access-log-format combined --access-log-file "$dir/logs/secondhit-access.log")
 fi
 static_nginx_conf "$dir/origin.conf" "$dir/www" 18081 "$dir/origin-nginx.pid" "$dir/logs/origin-error.log"
-NGINX_LOG=$NGINX_LOG nginx_cache_conf "$dir/cache.conf" "$dir" 18082 2 256m
+NGINX_LOG=$NGINX_LOG nginx_cache_conf "$dir/cache.conf" "$dir" 18082 2 256m "$dir/cache-nginx.pid"
 nginx -p "$dir" -c "$dir/origin.conf"
 nginx -p "$dir" -c "$dir/cache.conf"
 # Each server in a session of its own, as nginx's daemons are (setsid keeps the pid): with the

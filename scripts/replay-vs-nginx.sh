@@ -35,7 +35,7 @@ fi
 # Cache size: 5 % of the replayed part's working set, the same for both.
 ws=$($bin simulate "${trace[@]}" --limit "$requests" --policy admit-all --capacity-fraction 0.05 --json - \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["capacity_bytes"])')
-nginx_cache_conf "$dir/nginx.conf" "$dir" 18082 2 "$ws"
+nginx_cache_conf "$dir/nginx.conf" "$dir" 18082 2 "$ws" "$dir/nginx.pid"
 
 printf '| cache | requests | hit ratio (X-Cache) | byte hit ratio | origin requests | origin offload | errors | corrupted | req/s | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 nginx_held=$ws
