@@ -37,6 +37,8 @@
 #          logging every request costs, in the same run
 #        ACCESS_LOG=1 BASELINE_LOG=1 BASELINE=... scripts/bench-proxy.sh
 #          the baseline logs too (to compare two builds' logging)
+#        SECONDHIT_BIN=path/to/secondhit scripts/bench-proxy.sh
+#          measures that binary instead of building this tree (target/production/secondhit)
 #        ICOUNT=1 scripts/bench-proxy.sh
 #          also counts user-space instructions per request under valgrind's callgrind (installed
 #          from Debian if missing) for miss_1k and hit_1k: nginx (one process) and secondhit
@@ -50,7 +52,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # nginx and wrk (installed if missing), static_nginx_conf, ticks, MEDIAN.
 . scripts/bench-common.sh
-cargo build --profile production --quiet  # LTO: what to deploy (Cargo.toml)
+if [ -z "${SECONDHIT_BIN:-}" ]; then
+  cargo build --profile production --quiet  # LTO: what to deploy (Cargo.toml)
+fi
+bin=${SECONDHIT_BIN:-target/production/secondhit}
 DURATION=${DURATION:-8}
 RUNS=${RUNS:-3}
 SCENARIOS=${SCENARIOS:-hit_1k hit_16k_x1000 hit_1m hit_1k_c1000 miss_1k fill_1k}
@@ -83,12 +88,12 @@ nginx -p "$dir" -c "$dir/cache.conf"
 # shared fairly between sessions first, so a cache started from this script would share one
 # session's share with wrk while nginx's caches had their own. Measured that way, secondhit's
 # miss_1k p99 was 2-5x nginx's (5-25 ms); in a session of its own it is nginx's.
-setsid target/production/secondhit serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
+setsid "$bin" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
   --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"
 if [ -n "${LAB:-}" ]; then
-  BASELINE=${BASELINE:-target/production/secondhit}
+  BASELINE=${BASELINE:-$bin}
 fi
 if [ -n "${BASELINE:-}" ]; then
   BASELINE_ARGS=()
@@ -321,7 +326,7 @@ NGINX
   echo '|---|---|---:|---:|'
   for scenario in miss_1k hit_1k; do
     icount "nginx proxy_cache, min_uses 2" 18085 $scenario -- nginx -p "$dir" -c "$dir/icount.conf"
-    icount "secondhit serve" 18086 $scenario -- target/production/secondhit serve --origin http://127.0.0.1:18081 \
+    icount "secondhit serve" 18086 $scenario -- "$bin" serve --origin http://127.0.0.1:18081 \
       --listen 127.0.0.1:18086 --admin-listen 127.0.0.1:18096 --log-level warn --workers 1
     if [ -n "${BASELINE:-}" ] && [ -z "${LAB:-}" ]; then
       icount "baseline" 18087 $scenario -- "$BASELINE" serve --origin http://127.0.0.1:18081 \
