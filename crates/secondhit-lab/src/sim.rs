@@ -1,9 +1,11 @@
 //! Offline replay: a trace through every combination of admission policy, eviction and cache
 //! size, with the admission clock driven by the trace's timestamps.
 //!
-//! Each run is one [`Lane`] (policy + store, `lane.rs`), a cluster of lanes on a consistent-hash
-//! [`Ring`] (`ring.rs`, `--nodes`), or memory above flash ([`TwoTier`], `tiers.rs`,
-//! `--disk-capacity`); `report.rs` renders the results and `plot.rs` draws them.
+//! Each run is one [`Lane`] (policy + store, from `secondhit-store`), a cluster of lanes on a
+//! consistent-hash [`Ring`] (`ring.rs`, `--nodes`), or memory above flash ([`TwoTier`],
+//! `tiers.rs`, `--disk-capacity`). `options.rs` says what to simulate and checks it,
+//! `runner.rs` steps one run and gathers its figures; `report.rs` renders the results and
+//! `plot.rs` draws them.
 //!
 //! The same [`admission`](crate::admission) code as the proxy decides every miss; the store is
 //! the exact LRU (default) or the proxy's moka store. One reader thread streams the trace in
@@ -15,21 +17,26 @@
 //! object larger than the capacity is never stored; a hit does not change the stored size; byte
 //! hits count the current request's size.
 
+mod options;
 mod plot;
 mod report;
 mod ring;
+mod runner;
 mod tiers;
 
+pub use options::{Capacities, Options};
 pub use plot::{plot_svg, PlotError};
 pub use report::{Answer, Pick};
 pub use ring::{NodeCapacity, NodeResult, Nodes, Ring, POINTS_PER_NODE};
+pub use runner::{RunResult, RunSpec};
 pub use secondhit_store::{Counts, Lane, Step, WriteBudget};
 pub use tiers::{DiskOptions, DiskResult, DiskSpec, TierCounts, TwoTier};
 
-use crate::admission::{Policy, PolicyError, Settings};
-use crate::store::{Access, Eviction, StoreKind};
+use crate::admission::{PolicyError, Settings};
+use crate::store::Eviction;
 use crate::trace::stats::{self, Collector, TraceStats};
 use crate::trace::{Request, Source, TraceError};
+use runner::Runner;
 use serde::Serialize;
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
@@ -130,72 +137,6 @@ pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Cache sizes: absolute, or fractions of the trace's working set.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Capacities {
-    /// Bytes (objects, for traces without sizes).
-    Bytes(Vec<u64>),
-    /// Fractions of the working set: `floor(F x working set)`.
-    Fractions(Vec<f64>),
-}
-
-/// What to simulate.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Options {
-    /// Admission policies.
-    pub policies: Vec<Policy>,
-    /// Eviction policies (`tinylfu` needs the moka store).
-    pub evictions: Vec<Eviction>,
-    /// The store.
-    pub store: StoreKind,
-    /// Cache sizes.
-    pub capacities: Capacities,
-    /// Filter settings of the windowed policies.
-    pub settings: Settings,
-    /// Worker threads; 0 means one per core.
-    pub threads: usize,
-    /// Replay only the first N requests of the trace.
-    pub limit: Option<u64>,
-    /// Keep the admission policy's state at the end (one run only), for `--save-state`: a filter
-    /// warmed from a trace, in the format `serve --state-dir` loads.
-    pub keep_state: bool,
-    /// Size the filters from the trace (`--expected-items auto`): a pass first counts the
-    /// distinct keys of each window, and `settings.expected_items` becomes what the busiest one
-    /// needs ([`Settings::expected_items_for`]).
-    pub auto_expected_items: bool,
-    /// SHARDS-style spatial sampling (Waldspurger et al., FAST 2015): keep only the requests
-    /// whose key hashes below this fraction of the hash space, and simulate caches that much
-    /// smaller. Ratios estimate the full trace's; counts and sizes are the sample's.
-    pub sample: Option<f64>,
-    /// A cluster of nodes behind a consistent-hash balancer ([`Ring`]): each run is that many
-    /// caches, each key on one of them. Default: one cache.
-    pub nodes: Nodes,
-    /// A flash tier below memory ([`TwoTier`]): each run is then every memory run above every
-    /// flash size and policy. Default: memory only.
-    pub disk: Option<DiskOptions>,
-}
-
-impl Default for Options {
-    /// `serve`'s defaults for policy settings and eviction; admit-all, second-hit and
-    /// second-hit-exact at 1 %, 5 % and 10 % of the working set on the exact store.
-    fn default() -> Self {
-        Options {
-            policies: vec![Policy::AdmitAll, Policy::SecondHit, Policy::SecondHitExact],
-            evictions: vec![Eviction::Lru],
-            store: StoreKind::Exact,
-            capacities: Capacities::Fractions(vec![0.01, 0.05, 0.10]),
-            settings: Settings::default(),
-            threads: 0,
-            limit: None,
-            keep_state: false,
-            auto_expected_items: false,
-            sample: None,
-            nodes: Nodes::default(),
-            disk: None,
-        }
-    }
-}
-
 /// The most distinct keys any window of `window` holds in `requests` (windows on a grid from the
 /// first request; `None`: the whole trace is one window).
 pub fn max_keys_per_window(
@@ -219,334 +160,6 @@ pub fn max_keys_per_window(
         seen.insert(r.key.raw());
     }
     Ok(most.max(seen.len() as u64))
-}
-
-impl Options {
-    /// Checks the options, naming what is wrong.
-    pub fn validate(&self) -> Result<(), SimError> {
-        if self.policies.is_empty() {
-            return Err(SimError::NoPolicy);
-        }
-        if self.evictions.is_empty() {
-            return Err(SimError::NoEviction);
-        }
-        for &e in &self.evictions {
-            match self.store {
-                StoreKind::Exact if !e.is_exact() => return Err(SimError::TinyLfuNeedsMoka),
-                StoreKind::Moka if !e.is_moka() => return Err(SimError::NeedsExactStore(e)),
-                _ => {}
-            }
-        }
-        match &self.capacities {
-            Capacities::Bytes(v) if v.is_empty() => return Err(SimError::NoCapacity),
-            Capacities::Fractions(v) if v.is_empty() => return Err(SimError::NoCapacity),
-            Capacities::Fractions(v) => {
-                if let Some(f) = v.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
-                    return Err(SimError::BadFraction(*f));
-                }
-            }
-            Capacities::Bytes(_) => {}
-        }
-        if let Some(r) = self
-            .sample
-            .filter(|r| !(r.is_finite() && *r > 0.0 && *r <= 1.0))
-        {
-            return Err(SimError::BadSample(r));
-        }
-        for p in &self.policies {
-            self.settings.build(*p)?;
-        }
-        let sizes = match &self.capacities {
-            Capacities::Bytes(v) => v.len(),
-            Capacities::Fractions(v) => v.len(),
-        };
-        let runs = self.policies.len() * self.evictions.len() * sizes;
-        if self.keep_state && runs != 1 {
-            return Err(SimError::SaveStateNeedsOneRun(runs));
-        }
-        if self.nodes.count == 0 {
-            return Err(SimError::NoNodes);
-        }
-        if self.keep_state && self.nodes.count > 1 {
-            return Err(SimError::SaveStateNeedsOneNode(self.nodes.count));
-        }
-        if let Some(d) = &self.disk {
-            let refuse = |m: &str| Err(SimError::Disk(m.to_string()));
-            if d.capacities.is_empty() || d.capacities.contains(&0) {
-                return refuse("--disk-capacity: give the flash sizes, each more than 0 bytes");
-            }
-            if d.policies.is_empty() {
-                return refuse("--disk-policy: give at least one");
-            }
-            if !tiers::FLASH_EVICTIONS.contains(&d.eviction) {
-                return refuse(&format!(
-                    "--disk-eviction {}: flash evicts by {}",
-                    d.eviction,
-                    tiers::FLASH_EVICTIONS.map(|e| e.as_str()).join(", ")
-                ));
-            }
-            if d.write_rate == Some(0) {
-                return refuse("--disk-write-rate must be more than 0 bytes a second");
-            }
-            if self.nodes.count > 1 {
-                return refuse("--disk-capacity: not with --nodes (one cache of two tiers)");
-            }
-            if self.keep_state {
-                return refuse("--disk-capacity: not with --save-state");
-            }
-            if let Some(&e) = self.evictions.iter().find(|e| {
-                self.store == StoreKind::Exact && !matches!(e, Eviction::Lru | Eviction::Fifo)
-            }) {
-                return Err(SimError::MemoryTierEviction(e));
-            }
-            for p in &d.policies {
-                self.settings
-                    .build(*p)
-                    .map_err(|e| SimError::Disk(format!("--disk-policy {p}: {e}")))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One run's identity.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RunSpec {
-    /// Admission policy.
-    pub policy: Policy,
-    /// Eviction policy.
-    pub eviction: Eviction,
-    /// Store.
-    pub store: StoreKind,
-    /// Capacity in bytes.
-    pub capacity: u64,
-    /// The working-set fraction it came from, if any.
-    pub fraction: Option<f64>,
-    /// The flash tier below, if any.
-    pub disk: Option<DiskSpec>,
-}
-
-/// One run's figures. Ratios are fractions in [0, 1]; sizes are bytes.
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-pub struct RunResult {
-    /// Admission policy name.
-    pub policy: String,
-    /// Eviction policy name.
-    pub eviction: String,
-    /// Store name.
-    pub store: String,
-    /// Capacity in bytes.
-    pub capacity_bytes: u64,
-    /// The working-set fraction the capacity came from.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub capacity_fraction: Option<f64>,
-    /// Requests replayed.
-    pub requests: u64,
-    /// Requests served from the cache.
-    pub hits: u64,
-    /// Bytes served from the cache.
-    pub hit_bytes: u64,
-    /// `hits / requests`; with sampling ([`Options::sample`]), the SHARDS-adjusted estimate of
-    /// the whole trace's ([`shards_adjusted`]).
-    pub hit_ratio: f64,
-    /// `hit_bytes / requested bytes`.
-    pub byte_hit_ratio: f64,
-    /// Cache writes: misses the policy admitted that fit in the cache.
-    pub admissions: u64,
-    /// Bytes written to the cache.
-    pub admitted_bytes: u64,
-    /// Bytes fetched from the origin (every miss).
-    pub origin_bytes: u64,
-    /// Admitted objects the store refused (moka's TinyLFU filter).
-    pub store_rejections: u64,
-    /// Generation rotations of the policy.
-    pub rotations: u64,
-    /// Of those, rotations because a generation filled (`expected_items` distinct keys) before
-    /// its window ended: the filter is undersized for the trace.
-    pub rotations_on_count: u64,
-    /// At such rotations, the most distinct keys a window would hold at the pace seen (0: none).
-    pub keys_per_window: u64,
-    /// For approximate policies: admissions the filter made that the exact policy with the same
-    /// windows, asked about the same misses, would not have made (false positives).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approx_extra_admissions: Option<u64>,
-    /// For approximate policies: admissions the exact policy would have made and the filter did
-    /// not (only after an early, count-triggered rotation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approx_missed_admissions: Option<u64>,
-    /// Requests per second of this run's own work (one thread; trace reading excluded).
-    pub requests_per_sec: f64,
-    /// With [`Options::nodes`] above one: each node's figures, node 0 first (the fields above
-    /// are the cluster's totals; `capacity_bytes` is the run's, which each node has a share of
-    /// with `split` and the whole of with `each`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub per_node: Vec<NodeResult>,
-    /// With [`Options::disk`]: the flash tier's figures (the fields above are both tiers'
-    /// together; `admissions` are memory's writes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disk: Option<DiskResult>,
-}
-
-struct Runner {
-    spec: RunSpec,
-    /// One lane per node ([`Options::nodes`]); one for a single cache.
-    lanes: Vec<Lane>,
-    /// Which node a key goes to, with more than one.
-    ring: Option<Ring>,
-    /// Memory above flash, instead of the lanes.
-    tiers: Option<TwoTier>,
-    busy: Duration,
-    /// The trace time of the last request (the filter's "now" when its state is kept).
-    last_time: Duration,
-}
-
-impl Runner {
-    fn new(spec: RunSpec, settings: &Settings, nodes: &Nodes) -> Result<Runner, SimError> {
-        if let Some(disk) = spec.disk {
-            return Ok(Runner {
-                spec,
-                lanes: Vec::new(),
-                ring: None,
-                tiers: Some(TwoTier::new(
-                    spec.policy,
-                    spec.eviction,
-                    spec.store,
-                    spec.capacity,
-                    disk,
-                    settings,
-                )?),
-                busy: Duration::ZERO,
-                last_time: Duration::ZERO,
-            });
-        }
-        let n = nodes.count.max(1);
-        let capacity = nodes.node_capacity(spec.capacity);
-        let lanes = (0..n)
-            .map(|_| {
-                Lane::new(
-                    spec.policy,
-                    spec.eviction,
-                    spec.store,
-                    capacity,
-                    settings,
-                    true,
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Runner {
-            spec,
-            lanes,
-            ring: (n > 1).then(|| Ring::new(n)),
-            tiers: None,
-            busy: Duration::ZERO,
-            last_time: Duration::ZERO,
-        })
-    }
-
-    /// Request number `vtime` of the trace (from 0), whose key is next requested at `next`.
-    #[inline]
-    fn step(&mut self, r: &Request, vtime: u64, next: u64) {
-        self.last_time = r.time;
-        let access = Access {
-            key: r.key,
-            id: r.id,
-            size: r.size,
-            vtime,
-            next,
-        };
-        if let Some(t) = self.tiers.as_mut() {
-            t.step(&access, r.time);
-            return;
-        }
-        let lane = match &self.ring {
-            Some(ring) => &mut self.lanes[ring.node_of(r.key)],
-            None => &mut self.lanes[0],
-        };
-        lane.step(&access, r.time);
-    }
-
-    fn finish(self) -> RunResult {
-        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-        // Both kinds of run come down to one set of totals and the policies' rotation figures.
-        let mut c = Counts::default();
-        let (mut rotations, mut on_count, mut per_window) = (0, 0, 0);
-        let mut add_stats = |stats: crate::admission::Stats| {
-            rotations += stats.rotations;
-            on_count += stats.rotations_on_count;
-            per_window = per_window.max(stats.keys_per_window);
-        };
-        let mut disk = None;
-        if let (Some(t), Some(spec)) = (&self.tiers, self.spec.disk) {
-            let tc = t.counts();
-            c = Counts {
-                requests: tc.requests,
-                requested_bytes: tc.requested_bytes,
-                hits: tc.memory_hits + tc.disk_hits,
-                hit_bytes: tc.memory_hit_bytes + tc.disk_hit_bytes,
-                admissions: tc.memory_writes,
-                admitted_bytes: tc.memory_write_bytes,
-                ..Counts::default()
-            };
-            add_stats(t.memory_policy().stats());
-            let flash = t.disk_policy().stats();
-            disk = Some(DiskResult {
-                rotations_on_count: flash.rotations_on_count,
-                keys_per_window: flash.keys_per_window,
-                policy: spec.policy.to_string(),
-                eviction: spec.eviction.to_string(),
-                capacity_bytes: spec.capacity,
-                write_rate: spec.write_rate,
-                memory_hits: tc.memory_hits,
-                memory_hit_bytes: tc.memory_hit_bytes,
-                disk_hits: tc.disk_hits,
-                disk_hit_bytes: tc.disk_hit_bytes,
-                memory_hit_ratio: ratio(tc.memory_hits, tc.requests),
-                disk_hit_ratio: ratio(tc.disk_hits, tc.requests),
-                disk_writes: tc.disk_writes,
-                disk_write_bytes: tc.disk_write_bytes,
-                disk_refusals: tc.disk_refusals,
-                disk_evictions: t.counts_evictions().then_some(tc.disk_evictions),
-                disk_write_bytes_per_served_byte: ratio(tc.disk_write_bytes, tc.requested_bytes),
-            });
-        }
-        for lane in &self.lanes {
-            c.add(lane.counts());
-            add_stats(lane.admission().stats());
-        }
-        let approx = self.lanes.iter().any(Lane::compares);
-        let per_node = if self.lanes.len() > 1 {
-            self.lanes
-                .iter()
-                .map(|l| NodeResult::of(l.counts()))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        RunResult {
-            policy: self.spec.policy.to_string(),
-            eviction: self.spec.eviction.to_string(),
-            store: self.spec.store.to_string(),
-            capacity_bytes: self.spec.capacity,
-            capacity_fraction: self.spec.fraction,
-            requests: c.requests,
-            hits: c.hits,
-            hit_bytes: c.hit_bytes,
-            hit_ratio: ratio(c.hits, c.requests),
-            byte_hit_ratio: ratio(c.hit_bytes, c.requested_bytes),
-            admissions: c.admissions,
-            admitted_bytes: c.admitted_bytes,
-            origin_bytes: c.requested_bytes - c.hit_bytes,
-            store_rejections: c.rejections,
-            rotations,
-            rotations_on_count: on_count,
-            keys_per_window: per_window,
-            approx_extra_admissions: approx.then_some(c.extra),
-            approx_missed_admissions: approx.then_some(c.missed),
-            requests_per_sec: c.requests as f64 / self.busy.as_secs_f64().max(1e-9),
-            per_node,
-            disk,
-        }
-    }
 }
 
 /// Progress reporting for long runs (the command line shows a bar; the library shows nothing).
@@ -631,6 +244,7 @@ pub fn shards_adjusted(hits: u64, requests: u64, total: u64, rate: f64) -> f64 {
     ((hits as f64 + expected - requests as f64).clamp(0.0, expected)) / expected
 }
 
+/// Requests in each chunk the reader sends the workers.
 const CHUNK: usize = 1 << 14;
 
 /// Runs the simulation over `source`: one pass, plus one for the working set when capacities
@@ -823,7 +437,6 @@ pub fn run(
             senders.push(tx);
             let future = future.clone();
             handles.push(scope.spawn(move || {
-                let never = crate::trace::convert::NEVER;
                 let mut start = 0u64;
                 for chunk in rx {
                     let next = future.as_deref().map(|f| {
@@ -831,12 +444,7 @@ pub fn run(
                         &f[from..]
                     });
                     for (_, run) in group.iter_mut() {
-                        let t = Instant::now();
-                        for (j, r) in chunk.iter().enumerate() {
-                            let n = next.and_then(|n| n.get(j).copied()).unwrap_or(never);
-                            run.step(r, start + j as u64, n);
-                        }
-                        run.busy += t.elapsed();
+                        run.step_chunk(&chunk, start, next);
                     }
                     start += chunk.len() as u64;
                 }
@@ -896,10 +504,7 @@ pub fn run(
             })?;
             for (i, r) in group {
                 if options.keep_state {
-                    state = r.lanes.first().and_then(|l| {
-                        l.admission()
-                            .snapshot(r.last_time, secondhit_proxy::state::wall_now())
-                    });
+                    state = r.admission_state();
                 }
                 done.push((i, r.finish()));
             }
