@@ -34,12 +34,15 @@ pub use tiers::{DiskOptions, DiskResult, DiskSpec, TierCounts, TwoTier};
 
 use crate::admission::{PolicyError, Settings};
 use crate::store::Eviction;
+use crate::trace::convert::{carried_next_accesses, next_accesses};
 use crate::trace::stats::{self, Collector, TraceStats};
 use crate::trace::{Request, Source, TraceError};
 use runner::Runner;
 use serde::Serialize;
-use std::sync::mpsc::sync_channel;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
+use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 /// Why a simulation could not run.
@@ -257,49 +260,75 @@ pub fn run(
 ) -> Result<Report, SimError> {
     options.validate()?;
     let started = Instant::now();
-    let limit = options
-        .limit
-        .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    let rate = options.sample;
-    // Requests read before sampling, for SHARDS' adjustment (counted afresh by each pass).
-    let unsampled = std::sync::atomic::AtomicU64::new(0);
-    let unsampled = &unsampled;
-    let open = move || {
-        unsampled.store(0, std::sync::atomic::Ordering::Relaxed);
-        source.open().map(move |r| {
-            r.take(limit).filter(move |r| match (rate, r) {
-                (Some(rate), Ok(r)) => {
-                    unsampled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    sampled(r.key, rate)
-                }
-                _ => true,
-            })
-        })
-    };
+    let passes = Passes::new(source, options, progress);
     let mut settings = options.settings;
     if options.auto_expected_items {
-        progress.begin("counting keys per window", None);
-        let mut n = 0u64;
-        let counted = open()?.inspect(|_| {
-            n += 1;
-            if n % 65_536 == 0 {
-                progress.advance(65_536);
-            }
-        });
-        let keys = max_keys_per_window(counted, settings.window)?;
-        progress.end();
+        let keys = passes.keys_per_window(settings.window)?;
         settings.expected_items = Settings::expected_items_for(keys);
     }
-    // A first pass only when capacities depend on the working set.
-    let first_pass = match &options.capacities {
-        Capacities::Fractions(_) => {
-            progress.begin("reading trace", None);
-            let summary = stats::collect_with_progress(open()?, |n| progress.advance(n))?;
-            progress.end();
-            Some(summary)
-        }
-        Capacities::Bytes(_) => None,
+    let first_pass = passes.working_set()?;
+    let capacities = capacities(options, first_pass.as_ref())?;
+    let disk = sampled_disk(options)?;
+    let runners = specs(&capacities, options, disk.as_ref())
+        .iter()
+        .map(|s| Runner::new(*s, &settings, &options.nodes))
+        .collect::<Result<Vec<_>, _>>()?;
+    let future = passes.next_accesses()?;
+
+    let total = first_pass.as_ref().map(|s| s.requests).or_else(|| {
+        let known = source.request_count_hint()?;
+        Some(options.limit.map_or(known, |l| l.min(known)))
+    });
+    progress.begin("simulating", total);
+    let (mut results, summary, admission_state) =
+        passes.simulate(runners, future, first_pass.is_none())?;
+    progress.end();
+    let summary = match (first_pass, summary) {
+        (Some(s), _) | (None, Some(s)) => s,
+        (None, None) => Collector::default().finish(),
     };
+    if let Some(rate) = options.sample {
+        let total = passes.unsampled.load(Relaxed);
+        for r in &mut results {
+            r.hit_ratio = shards_adjusted(r.hits, r.requests, total, rate);
+        }
+    }
+    let mut report = Report {
+        trace: source.name(),
+        format: source.format_name(),
+        summary,
+        settings: SettingsReport::of(&settings, options),
+        results,
+        wall_secs: started.elapsed().as_secs_f64(),
+        answers: Vec::new(),
+        admission_state,
+    };
+    report.answers = report.answers();
+    Ok(report)
+}
+
+impl SettingsReport {
+    fn of(settings: &Settings, options: &Options) -> SettingsReport {
+        SettingsReport {
+            window: secondhit_proxy::units::duration(settings.window),
+            expected_items: settings.expected_items,
+            fpr: settings.fpr,
+            layout: settings.layout.to_string(),
+            store: options.store.to_string(),
+            sample: options.sample,
+            nodes: (options.nodes.count > 1).then_some(options.nodes.count),
+            node_capacity: (options.nodes.count > 1).then_some(options.nodes.capacity),
+        }
+    }
+}
+
+/// Each run's cache size in bytes, with the working-set fraction it came from (`first_pass`
+/// holds the working set when sizes are fractions of it).
+fn capacities(
+    options: &Options,
+    first_pass: Option<&TraceStats>,
+) -> Result<Vec<(u64, Option<f64>)>, SimError> {
+    let rate = options.sample;
     let capacities: Vec<(u64, Option<f64>)> = match &options.capacities {
         // A sampled trace is simulated in a cache as much smaller (fractions follow by themselves:
         // the working set is the sample's).
@@ -317,7 +346,7 @@ pub fn run(
             scaled
         }
         Capacities::Fractions(v) => {
-            let ws = first_pass.as_ref().map_or(0, |s| s.working_set_bytes);
+            let ws = first_pass.map_or(0, |s| s.working_set_bytes);
             v.iter()
                 .map(|&f| (((f * ws as f64).floor() as u64), Some(f)))
                 .collect()
@@ -332,8 +361,13 @@ pub fn run(
             nodes: options.nodes.count,
         });
     }
-    // A sampled trace's flash is as much smaller, and so is its write budget.
-    let disk = match (options.disk.clone(), rate) {
+    Ok(capacities)
+}
+
+/// The flash tier as asked; a sampled trace's flash is as much smaller, and so is its write
+/// budget.
+fn sampled_disk(options: &Options) -> Result<Option<DiskOptions>, SimError> {
+    match (options.disk.clone(), options.sample) {
         (Some(mut d), Some(rate)) => {
             for c in &mut d.capacities {
                 let scaled = (*c as f64 * rate) as u64;
@@ -343,12 +377,21 @@ pub fn run(
                 *c = scaled;
             }
             d.write_rate = d.write_rate.map(|w| ((w as f64 * rate) as u64).max(1));
-            Some(d)
+            Ok(Some(d))
         }
-        (d, _) => d,
-    };
+        (d, _) => Ok(d),
+    }
+}
+
+/// Every run of the sweep in the report's order: by size, then eviction, then policy (then, with
+/// a flash tier, by flash size and flash policy).
+fn specs(
+    capacities: &[(u64, Option<f64>)],
+    options: &Options,
+    disk: Option<&DiskOptions>,
+) -> Vec<RunSpec> {
     let mut specs = Vec::new();
-    for &(capacity, fraction) in &capacities {
+    for &(capacity, fraction) in capacities {
         for &eviction in &options.evictions {
             for &policy in &options.policies {
                 let spec = RunSpec {
@@ -359,7 +402,7 @@ pub fn run(
                     fraction,
                     disk: None,
                 };
-                let Some(d) = &disk else {
+                let Some(d) = disk else {
                     specs.push(spec);
                     continue;
                 };
@@ -379,186 +422,261 @@ pub fn run(
             }
         }
     }
-    let runners = specs
-        .iter()
-        .map(|s| Runner::new(*s, &settings, &options.nodes))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Belady's policies read each request's next access: an oracleGeneral file may carry them
-    // (read as libCacheSim does, when consistent); otherwise one more pass computes them all.
-    let carried = match (source.path(), rate) {
-        (Some(path), None)
-            if source.format_name() == "oracle-general"
-                && options.evictions.iter().any(|e| e.needs_future()) =>
-        {
-            crate::trace::convert::carried_next_accesses(path, options.limit.unwrap_or(u64::MAX))?
-        }
-        _ => None,
-    };
-    let future: Option<Arc<Vec<u64>>> = if let Some(next) = carried {
-        Some(Arc::new(next))
-    } else if options.evictions.iter().any(|e| e.needs_future()) {
-        progress.begin("finding next accesses", None);
-        let mut n = 0u64;
-        let counted = open()?.inspect(|_| {
-            n += 1;
-            if n % 65_536 == 0 {
-                progress.advance(65_536);
-            }
-        });
-        let next = crate::trace::convert::next_accesses(counted)?;
-        progress.end();
-        Some(Arc::new(next))
-    } else {
-        None
-    };
+    specs
+}
 
-    let threads = match options.threads {
+/// A worker's runs, each with its index in the sweep to restore the order.
+type Group = Vec<(usize, Runner)>;
+
+/// The runs dealt round-robin to `threads` workers (0: one per core), no more workers than
+/// runs.
+fn deal(runners: Vec<Runner>, threads: usize) -> Vec<Group> {
+    let threads = match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     }
     .clamp(1, runners.len().max(1));
-    // Round-robin runs over workers; remember each run's index to restore the order.
-    let mut groups: Vec<Vec<(usize, Runner)>> = (0..threads).map(|_| Vec::new()).collect();
+    let mut groups: Vec<Group> = (0..threads).map(|_| Vec::new()).collect();
     for (i, r) in runners.into_iter().enumerate() {
         groups[i % threads].push((i, r));
     }
+    groups
+}
 
-    let total = first_pass.as_ref().map(|s| s.requests).or_else(|| {
-        let known = source.request_count_hint()?;
-        Some(options.limit.map_or(known, |l| l.min(known)))
-    });
-    progress.begin("simulating", total);
-    let collect_summary = first_pass.is_none();
-    let (results, summary, admission_state) = std::thread::scope(|scope| -> Result<_, SimError> {
-        let mut senders = Vec::new();
-        let mut handles = Vec::new();
-        for mut group in groups {
-            let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(4);
-            senders.push(tx);
-            let future = future.clone();
-            handles.push(scope.spawn(move || {
-                let mut start = 0u64;
-                for chunk in rx {
-                    let next = future.as_deref().map(|f| {
-                        let from = usize::try_from(start).unwrap_or(usize::MAX).min(f.len());
-                        &f[from..]
-                    });
-                    for (_, run) in group.iter_mut() {
-                        run.step_chunk(&chunk, start, next);
-                    }
-                    start += chunk.len() as u64;
-                }
-                group
-            }));
-        }
-        // The summary of a single-pass run is one more consumer of the chunks, on its own
-        // thread: its hash map of every object is the most expensive thing here.
-        let collector = collect_summary.then(|| {
-            let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(4);
-            senders.push(tx);
-            scope.spawn(move || {
-                let mut c = Collector::default();
-                for chunk in rx {
-                    chunk.iter().for_each(|r| c.add(r));
-                }
-                c.finish()
-            })
+/// A worker: steps each of its runs through every chunk as it arrives (`future`: each request's
+/// next access, from the trace's first), and hands the runs back when the chunks end.
+fn work(
+    mut group: Group,
+    chunks: Receiver<Arc<Vec<Request>>>,
+    future: Option<Arc<Vec<u64>>>,
+) -> Group {
+    let mut start = 0u64;
+    for chunk in chunks {
+        let next = future.as_deref().map(|f| {
+            let from = usize::try_from(start).unwrap_or(usize::MAX).min(f.len());
+            &f[from..]
         });
+        for (_, run) in group.iter_mut() {
+            run.step_chunk(&chunk, start, next);
+        }
+        start += chunk.len() as u64;
+    }
+    group
+}
+
+/// The workers' runs finished, in the sweep's order, and with `keep_state` the (one) run's
+/// admission state. A worker that panicked is reported as such.
+fn join_workers(
+    handles: Vec<ScopedJoinHandle<'_, Group>>,
+    keep_state: bool,
+) -> Result<(Vec<RunResult>, Option<Vec<u8>>), SimError> {
+    let mut done: Vec<(usize, RunResult)> = Vec::new();
+    let mut state = None;
+    for h in handles {
+        let group = h.join().map_err(|p| SimError::Panicked {
+            thread: "simulation worker",
+            message: panic_message(p),
+        })?;
+        for (i, r) in group {
+            if keep_state {
+                state = r.admission_state();
+            }
+            done.push((i, r.finish()));
+        }
+    }
+    done.sort_by_key(|(i, _)| *i);
+    Ok((done.into_iter().map(|(_, r)| r).collect(), state))
+}
+
+/// What the simulating pass gives: the results in the sweep's order, the trace summary when that
+/// pass collected it, and the admission state kept.
+type Simulated = (Vec<RunResult>, Option<TraceStats>, Option<Vec<u8>>);
+
+/// The passes of one simulation over its trace: each opens it afresh, limited and sampled as the
+/// options say.
+struct Passes<'a> {
+    source: &'a Source,
+    options: &'a Options,
+    progress: &'a dyn Progress,
+    /// The requests each pass takes ([`Options::limit`]).
+    limit: usize,
+    /// Requests read before sampling, for SHARDS' adjustment (counted afresh by each pass).
+    unsampled: AtomicU64,
+}
+
+impl<'a> Passes<'a> {
+    fn new(source: &'a Source, options: &'a Options, progress: &'a dyn Progress) -> Self {
+        Passes {
+            source,
+            options,
+            progress,
+            limit: options
+                .limit
+                .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX)),
+            unsampled: AtomicU64::new(0),
+        }
+    }
+
+    /// The trace from its start: its first `limit` requests, and of those only the sampled ones.
+    fn open(&self) -> Result<impl Iterator<Item = Result<Request, TraceError>> + '_, TraceError> {
+        let (limit, rate, unsampled) = (self.limit, self.options.sample, &self.unsampled);
+        unsampled.store(0, Relaxed);
+        self.source.open().map(move |r| {
+            r.take(limit).filter(move |r| match (rate, r) {
+                (Some(rate), Ok(r)) => {
+                    unsampled.fetch_add(1, Relaxed);
+                    sampled(r.key, rate)
+                }
+                _ => true,
+            })
+        })
+    }
+
+    /// [`Passes::open`] for a pass named `pass`, whose progress advances every 65,536 requests;
+    /// the caller ends it.
+    fn open_counted(
+        &self,
+        pass: &str,
+    ) -> Result<impl Iterator<Item = Result<Request, TraceError>> + '_, TraceError> {
+        self.progress.begin(pass, None);
+        let progress = self.progress;
+        let mut n = 0u64;
+        Ok(self.open()?.inspect(move |_| {
+            n += 1;
+            if n % 65_536 == 0 {
+                progress.advance(65_536);
+            }
+        }))
+    }
+
+    /// `--expected-items auto`: the most distinct keys any window of `window` holds.
+    fn keys_per_window(&self, window: Option<Duration>) -> Result<u64, SimError> {
+        let keys = max_keys_per_window(self.open_counted("counting keys per window")?, window)?;
+        self.progress.end();
+        Ok(keys)
+    }
+
+    /// The trace's summary, in a first pass of its own only when capacities depend on the working
+    /// set.
+    fn working_set(&self) -> Result<Option<TraceStats>, SimError> {
+        match &self.options.capacities {
+            Capacities::Fractions(_) => {
+                let progress = self.progress;
+                progress.begin("reading trace", None);
+                let summary = stats::collect_with_progress(self.open()?, |n| progress.advance(n))?;
+                progress.end();
+                Ok(Some(summary))
+            }
+            Capacities::Bytes(_) => Ok(None),
+        }
+    }
+
+    /// Each request's next access, when an eviction needs it.
+    fn next_accesses(&self) -> Result<Option<Arc<Vec<u64>>>, SimError> {
+        let options = self.options;
+        if !options.evictions.iter().any(|e| e.needs_future()) {
+            return Ok(None);
+        }
+        // Belady's policies read each request's next access: an oracleGeneral file may carry them
+        // (read as libCacheSim does, when consistent); otherwise one more pass computes them all.
+        let carried = match (self.source.path(), options.sample) {
+            (Some(path), None) if self.source.format_name() == "oracle-general" => {
+                carried_next_accesses(path, options.limit.unwrap_or(u64::MAX))?
+            }
+            _ => None,
+        };
+        if let Some(next) = carried {
+            return Ok(Some(Arc::new(next)));
+        }
+        let next = next_accesses(self.open_counted("finding next accesses")?)?;
+        self.progress.end();
+        Ok(Some(Arc::new(next)))
+    }
+
+    /// The simulating pass: the runs dealt to worker threads, every chunk of the trace sent to
+    /// each of them (and, with `collect_summary`, to a thread summarizing the trace).
+    fn simulate(
+        &self,
+        runners: Vec<Runner>,
+        future: Option<Arc<Vec<u64>>>,
+        collect_summary: bool,
+    ) -> Result<Simulated, SimError> {
+        let groups = deal(runners, self.options.threads);
+        std::thread::scope(|scope| -> Result<_, SimError> {
+            let mut senders = Vec::new();
+            let mut handles = Vec::new();
+            for group in groups {
+                let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(4);
+                senders.push(tx);
+                let future = future.clone();
+                handles.push(scope.spawn(move || work(group, rx, future)));
+            }
+            // The summary of a single-pass run is one more consumer of the chunks, on its own
+            // thread: its hash map of every object is the most expensive thing here.
+            let collector = collect_summary.then(|| {
+                let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(4);
+                senders.push(tx);
+                scope.spawn(move || {
+                    let mut c = Collector::default();
+                    for chunk in rx {
+                        chunk.iter().for_each(|r| c.add(r));
+                    }
+                    c.finish()
+                })
+            });
+            let failure = self.feed(&senders)?;
+            drop(senders);
+            let (results, state) = join_workers(handles, self.options.keep_state)?;
+            let summary = match collector {
+                Some(h) => Some(h.join().map_err(|p| SimError::Panicked {
+                    thread: "trace summary thread",
+                    message: panic_message(p),
+                })?),
+                None => None,
+            };
+            if let Some(e) = failure {
+                return Err(SimError::Trace(e));
+            }
+            Ok((results, summary, state))
+        })
+    }
+
+    /// Reads the trace once and sends it to every consumer in chunks of [`CHUNK`] requests. A
+    /// request that cannot be read ends the reading (the chunk it was in is not sent) and is
+    /// returned, to report once the consumers are done; a trace that cannot be opened is an
+    /// error at once.
+    fn feed(
+        &self,
+        senders: &[SyncSender<Arc<Vec<Request>>>],
+    ) -> Result<Option<TraceError>, TraceError> {
         let mut chunk = Vec::with_capacity(CHUNK);
-        let mut failure = None;
-        for r in open()? {
+        for r in self.open()? {
             match r {
                 Ok(r) => {
                     chunk.push(r);
                     if chunk.len() == CHUNK {
                         let full =
                             Arc::new(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)));
-                        for tx in &senders {
+                        for tx in senders {
                             // A worker only stops early by panicking, which join reports.
                             let _ = tx.send(full.clone());
                         }
-                        progress.advance(CHUNK as u64);
+                        self.progress.advance(CHUNK as u64);
                     }
                 }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
+                Err(e) => return Ok(Some(e)),
             }
         }
-        if failure.is_none() && !chunk.is_empty() {
+        if !chunk.is_empty() {
             let n = chunk.len() as u64;
             let last = Arc::new(chunk);
-            for tx in &senders {
+            for tx in senders {
                 let _ = tx.send(last.clone());
             }
-            progress.advance(n);
+            self.progress.advance(n);
         }
-        drop(senders);
-        let mut done: Vec<(usize, RunResult)> = Vec::new();
-        let mut state = None;
-        for h in handles {
-            let group = h.join().map_err(|p| SimError::Panicked {
-                thread: "simulation worker",
-                message: panic_message(p),
-            })?;
-            for (i, r) in group {
-                if options.keep_state {
-                    state = r.admission_state();
-                }
-                done.push((i, r.finish()));
-            }
-        }
-        let summary = match collector {
-            Some(h) => Some(h.join().map_err(|p| SimError::Panicked {
-                thread: "trace summary thread",
-                message: panic_message(p),
-            })?),
-            None => None,
-        };
-        if let Some(e) = failure {
-            return Err(SimError::Trace(e));
-        }
-        done.sort_by_key(|(i, _)| *i);
-        Ok((
-            done.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
-            summary,
-            state,
-        ))
-    })?;
-    progress.end();
-    let summary = match (first_pass, summary) {
-        (Some(s), _) | (None, Some(s)) => s,
-        (None, None) => Collector::default().finish(),
-    };
-    let mut results = results;
-    if let Some(rate) = rate {
-        let total = unsampled.load(std::sync::atomic::Ordering::Relaxed);
-        for r in &mut results {
-            r.hit_ratio = shards_adjusted(r.hits, r.requests, total, rate);
-        }
+        Ok(None)
     }
-    let mut report = Report {
-        trace: source.name(),
-        format: source.format_name(),
-        summary,
-        settings: SettingsReport {
-            window: secondhit_proxy::units::duration(settings.window),
-            expected_items: settings.expected_items,
-            fpr: settings.fpr,
-            layout: settings.layout.to_string(),
-            store: options.store.to_string(),
-            sample: options.sample,
-            nodes: (options.nodes.count > 1).then_some(options.nodes.count),
-            node_capacity: (options.nodes.count > 1).then_some(options.nodes.capacity),
-        },
-        results,
-        wall_secs: started.elapsed().as_secs_f64(),
-        answers: Vec::new(),
-        admission_state,
-    };
-    report.answers = report.answers();
-    Ok(report)
 }
 
 #[cfg(test)]
