@@ -13,7 +13,7 @@ use crate::sim::{self, Capacities, Progress, RunResult};
 use crate::store::{Eviction, StoreKind};
 use crate::trace::stats::{self, TraceStats};
 use crate::trace::{Source, TraceError};
-use secondhit_proxy::config::{Config, OriginUrl};
+use secondhit_proxy::config::{Config, OriginUrl, ValidConfig};
 use secondhit_proxy::units;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -115,30 +115,9 @@ pub async fn run(
         ..OriginOptions::default()
     })
     .await?;
-    let settings = Settings {
-        window: None,
-        ..Settings::default()
-    };
     let mut rows = Vec::new();
     for &policy in &options.policies {
-        let mut config = Config {
-            listen: LOOPBACK_ANY,
-            admin_listen: LOOPBACK_ANY,
-            origin: Some(OriginUrl {
-                tls: false,
-                authority: http::uri::Authority::try_from(origin.addr.to_string())
-                    .map_err(|e| DemoError::Panicked(format!("a loopback address: {e}")))?,
-            }),
-            ..Config::default()
-        };
-        config.cache.capacity = capacity;
-        config.cache.max_object_size = Some(capacity.min(u64::from(u32::MAX)));
-        config.cache.eviction = Eviction::Lru;
-        config.cache.lab_mode = true;
-        config.admission.policy = policy;
-        config.admission.window = None;
-        config.limits.store_buffer_bytes = config.limits.store_buffer_bytes.max(capacity);
-        let config = config.validate()?;
+        let config = proxy_config(origin.addr, policy, capacity)?;
         let proxy = secondhit_proxy::server::start(config, Arc::new(SystemClock::new())).await?;
         let target = http::Uri::try_from(format!("http://{}", proxy.addr))
             .map_err(|e| DemoError::Panicked(format!("a loopback URL did not parse: {e}")))?;
@@ -150,29 +129,7 @@ pub async fn run(
         let live = replay::run(reader, &ro, progress).await?;
         let live_writes = proxy.proxy.metrics().stores();
         proxy.shutdown().await;
-
-        let sim_options = sim::Options {
-            policies: vec![policy],
-            evictions: vec![Eviction::Lru],
-            store: StoreKind::Moka,
-            capacities: Capacities::Bytes(vec![capacity]),
-            settings,
-            threads: 1,
-            limit: Some(options.requests),
-            keep_state: false,
-            auto_expected_items: false,
-            sample: None,
-            nodes: sim::Nodes::default(),
-            disk: None,
-        };
-        let predicted = tokio::task::spawn_blocking({
-            let source = source.clone();
-            move || sim::run(&source, &sim_options, &sim::Quiet)
-        })
-        .await
-        .map_err(|e| DemoError::Panicked(e.to_string()))??
-        .results
-        .remove(0);
+        let predicted = predict(source, policy, capacity, options.requests).await?;
         rows.push(DemoRow {
             policy: policy.to_string(),
             live,
@@ -187,6 +144,69 @@ pub async fn run(
         capacity_bytes: capacity,
         rows,
     })
+}
+
+/// `serve` in lab mode on loopback in front of the origin at `origin`: `policy` with an
+/// infinite window, an LRU cache of `capacity` bytes.
+fn proxy_config(
+    origin: std::net::SocketAddr,
+    policy: Policy,
+    capacity: u64,
+) -> Result<ValidConfig, DemoError> {
+    let mut config = Config {
+        listen: LOOPBACK_ANY,
+        admin_listen: LOOPBACK_ANY,
+        origin: Some(OriginUrl {
+            tls: false,
+            authority: http::uri::Authority::try_from(origin.to_string())
+                .map_err(|e| DemoError::Panicked(format!("a loopback address: {e}")))?,
+        }),
+        ..Config::default()
+    };
+    config.cache.capacity = capacity;
+    config.cache.max_object_size = Some(capacity.min(u64::from(u32::MAX)));
+    config.cache.eviction = Eviction::Lru;
+    config.cache.lab_mode = true;
+    config.admission.policy = policy;
+    config.admission.window = None;
+    config.limits.store_buffer_bytes = config.limits.store_buffer_bytes.max(capacity);
+    config.validate().map_err(DemoError::Config)
+}
+
+/// What `simulate --store moka` predicts for `policy` at `capacity` bytes over the first
+/// `requests` requests, with the live side's infinite window.
+async fn predict(
+    source: &Source,
+    policy: Policy,
+    capacity: u64,
+    requests: u64,
+) -> Result<RunResult, DemoError> {
+    let sim_options = sim::Options {
+        policies: vec![policy],
+        evictions: vec![Eviction::Lru],
+        store: StoreKind::Moka,
+        capacities: Capacities::Bytes(vec![capacity]),
+        settings: Settings {
+            window: None,
+            ..Settings::default()
+        },
+        threads: 1,
+        limit: Some(requests),
+        keep_state: false,
+        auto_expected_items: false,
+        sample: None,
+        nodes: sim::Nodes::default(),
+        disk: None,
+    };
+    let predicted = tokio::task::spawn_blocking({
+        let source = source.clone();
+        move || sim::run(&source, &sim_options, &sim::Quiet)
+    })
+    .await
+    .map_err(|e| DemoError::Panicked(e.to_string()))??
+    .results
+    .remove(0);
+    Ok(predicted)
 }
 
 impl DemoReport {

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, watch, Mutex};
 
 /// The replayer's latency histogram: microseconds from 1 µs to 1 h at 3 significant digits
 /// (larger values saturate when recorded with `saturating_record`): exact percentiles of one
@@ -253,6 +253,66 @@ impl Tally {
                 .add(&h);
         }
     }
+
+    /// One measured answer, `us` microseconds from sending to the whole body.
+    fn record(&mut self, size: u64, outcome: Result<(String, bool), Failure>, us: u64) {
+        self.requests += 1;
+        self.requested_bytes += size;
+        let label = match outcome {
+            Ok((x_cache, ok)) => {
+                if !ok {
+                    self.corrupted += 1;
+                }
+                if x_cache == "HIT" {
+                    self.hits += 1;
+                    self.hit_bytes += size;
+                }
+                x_cache
+            }
+            Err(kind) => {
+                *self.errors.entry(kind.label()).or_default() += 1;
+                "error".to_string()
+            }
+        };
+        let _ = self
+            .latency
+            .get_or_insert_with(latency_histogram)
+            .record(us);
+        let _ = self
+            .by_outcome
+            .entry(label.clone())
+            .or_insert_with(latency_histogram)
+            .record(us);
+        *self.outcomes.entry(label).or_default() += 1;
+    }
+
+    /// The report of a replay that measured for `elapsed`, and what reached the origin then.
+    fn into_report(self, elapsed: Duration, origin: (Option<u64>, Option<u64>)) -> ReplayReport {
+        let (origin_requests, origin_bytes) = origin;
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        ReplayReport {
+            requests: self.requests,
+            hits: self.hits,
+            hit_ratio: ratio(self.hits, self.requests),
+            byte_hit_ratio: ratio(self.hit_bytes, self.requested_bytes),
+            requested_bytes: self.requested_bytes,
+            origin_requests,
+            origin_bytes,
+            origin_offload: origin_requests.map(|o| 1.0 - ratio(o, self.requests)),
+            errors: self.errors.values().sum(),
+            errors_by_kind: self.errors,
+            corrupted: self.corrupted,
+            outcomes: self.outcomes,
+            requests_per_sec: self.requests as f64 / elapsed.as_secs_f64().max(1e-9),
+            duration_secs: elapsed.as_secs_f64(),
+            latency_ms: self.latency.as_ref().map(Latency::of).unwrap_or_default(),
+            latency_by_outcome: self
+                .by_outcome
+                .iter()
+                .map(|(k, h)| (k.clone(), Latency::of(h)))
+                .collect(),
+        }
+    }
 }
 
 async fn origin_stats(
@@ -271,179 +331,41 @@ pub async fn run(
     options: &ReplayOptions,
     progress: &dyn Progress,
 ) -> Result<ReplayReport, ReplayError> {
-    if options.concurrency == 0 {
-        return Err(ReplayError::Concurrency);
-    }
-    if options.target.scheme_str() != Some("http") || options.target.authority().is_none() {
-        return Err(ReplayError::Target(options.target.clone()));
-    }
-    for (name, v) in [("rate", options.rate), ("speed", options.speed)] {
-        if let Some(value) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
-            return Err(ReplayError::Pace { name, value });
-        }
-    }
+    options.validate()?;
     let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(options.concurrency)
         .build_http();
-
-    // The reader thread feeds (index, request) in trace order; a read error ends the replay.
     let (tx, rx) = mpsc::channel::<(u64, TraceRequest)>(4096);
-    let limit = options.limit.unwrap_or(u64::MAX);
-    let skip = options.skip;
-    let reader = std::thread::spawn(move || -> Result<(), TraceError> {
-        for (n, r) in requests.enumerate() {
-            let i = (n as u64).wrapping_sub(skip);
-            if n as u64 >= skip && i >= limit {
-                break;
-            }
-            // Skipped requests are still read (and a bad record among them reported).
-            let r = r?;
-            if (n as u64) < skip {
-                continue;
-            }
-            if tx.blocking_send((i, r)).is_err() {
-                break;
-            }
-        }
-        Ok(())
-    });
-    let rx = Arc::new(Mutex::new(rx));
+    let reader = spawn_reader(
+        requests,
+        options.skip,
+        options.limit.unwrap_or(u64::MAX),
+        tx,
+    );
     // Dropping the receiver (all workers done) stops the reader thread at its next send.
-    let done = Arc::new(AtomicU64::new(0));
-    let measured_start: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
-    let origin_before: Arc<Mutex<Option<OriginStats>>> = Arc::default();
-    let start = Instant::now();
-    let first_time: Arc<std::sync::Mutex<Option<Duration>>> = Arc::default();
-    // Warm-up requests answered so far, and whether measuring has begun: no measured request is
-    // sent before every warm-up request is answered and the origin's counters are read, so
-    // neither side of the snapshot leaks into the other.
-    let warm_done = Arc::new(AtomicU64::new(0));
-    let (measuring_tx, measuring_rx) = tokio::sync::watch::channel(options.warmup == 0);
-    let measuring_tx = Arc::new(measuring_tx);
+    let rx = Arc::new(Mutex::new(rx));
+    let (shared, measuring_rx) = Shared::new(options, client);
+    let shared = Arc::new(shared);
     if options.warmup == 0 {
         // Nothing to warm: the counters are read before the first request goes out.
-        if let Some(url) = &options.origin_stats {
-            *origin_before.lock().await = origin_stats(&client, url).await;
-        }
-        *measured_start.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        shared.begin_measuring().await;
     }
-    let target = options.target.to_string().trim_end_matches('/').to_string();
-
-    let mut workers = Vec::new();
-    for _ in 0..options.concurrency {
-        let (rx, client, done) = (rx.clone(), client.clone(), done.clone());
-        let (target, opts) = (target.clone(), options.clone());
-        let (measured_start, origin_before, first_time) = (
-            measured_start.clone(),
-            origin_before.clone(),
-            first_time.clone(),
-        );
-        let (warm_done, measuring_tx, mut measuring_rx) = (
-            warm_done.clone(),
-            measuring_tx.clone(),
-            measuring_rx.clone(),
-        );
-        workers.push(tokio::spawn(async move {
-            let mut t = Tally::default();
-            loop {
-                if opts.duration.is_some_and(|d| start.elapsed() >= d) {
-                    break;
-                }
-                let next = rx.lock().await.recv().await;
-                let Some((i, r)) = next else { break };
-                // Pacing: by rate, or by the trace's clock.
-                if let Some(rate) = opts.rate {
-                    tokio::time::sleep_until(
-                        (start + Duration::from_secs_f64(i as f64 / rate)).into(),
-                    )
-                    .await;
-                } else if let Some(speed) = opts.speed {
-                    let t0 = *first_time
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(r.time);
-                    let at = r.time.saturating_sub(t0).div_f64(speed);
-                    tokio::time::sleep_until((start + at).into()).await;
-                }
-                if i == opts.warmup && opts.warmup > 0 {
-                    // The first measured request: once the warm-up is answered, snapshot the
-                    // origin's counters and the clock, then let the measured requests go.
-                    while warm_done.load(Relaxed) < opts.warmup {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    if let Some(url) = &opts.origin_stats {
-                        *origin_before.lock().await = origin_stats(&client, url).await;
-                    }
-                    *measured_start.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(Instant::now());
-                    let _ = measuring_tx.send(true);
-                } else if i > opts.warmup {
-                    let _ = measuring_rx.wait_for(|m| *m).await;
-                }
-                let measured = i >= opts.warmup;
-                let path = path_of(&r);
-                let url = format!("{target}{path}?size={}", r.size);
-                let sent = Instant::now();
-                let outcome = fetch(&client, &url, &path, r.size, opts.timeout).await;
-                let us = u64::try_from(sent.elapsed().as_micros())
-                    .unwrap_or(u64::MAX)
-                    .max(1);
-                done.fetch_add(1, Relaxed);
-                if !measured {
-                    warm_done.fetch_add(1, Relaxed);
-                    continue;
-                }
-                t.requests += 1;
-                t.requested_bytes += r.size;
-                let label = match outcome {
-                    Ok((x_cache, ok)) => {
-                        if !ok {
-                            t.corrupted += 1;
-                        }
-                        if x_cache == "HIT" {
-                            t.hits += 1;
-                            t.hit_bytes += r.size;
-                        }
-                        x_cache
-                    }
-                    Err(kind) => {
-                        *t.errors.entry(kind.label()).or_default() += 1;
-                        "error".to_string()
-                    }
-                };
-                let _ = t.latency.get_or_insert_with(latency_histogram).record(us);
-                let _ = t
-                    .by_outcome
-                    .entry(label.clone())
-                    .or_insert_with(latency_histogram)
-                    .record(us);
-                *t.outcomes.entry(label).or_default() += 1;
-            }
-            t
-        }));
-    }
-
+    let workers = (0..options.concurrency)
+        .map(|_| {
+            let worker = Worker {
+                shared: Arc::clone(&shared),
+                requests: Arc::clone(&rx),
+                measuring: measuring_rx.clone(),
+            };
+            tokio::spawn(worker.run())
+        })
+        .collect();
     // Only the workers hold the receiver now: when they stop (trace end or `duration`), the
     // reader thread's next send fails and it ends.
     drop(rx);
-    let total = options.limit;
-    progress.begin("replaying", total);
-    let mut reported = 0;
-    let all = futures_join(workers);
-    tokio::pin!(all);
-    let tallies = loop {
-        tokio::select! {
-            t = &mut all => break t,
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                let d = done.load(Relaxed);
-                progress.advance(d - reported);
-                reported = d;
-            }
-        }
-    };
-    progress.advance(done.load(Relaxed) - reported);
-    progress.end();
-    let elapsed = measured_start
+    let tallies = wait_reporting(workers, &shared.done, options.limit, progress).await;
+    let elapsed = shared
+        .measured_start
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .map_or(Duration::ZERO, |s| s.elapsed());
@@ -461,43 +383,228 @@ pub async fn run(
     for t in tallies? {
         tally.merge(t);
     }
-    let (origin_requests, origin_bytes) = match &options.origin_stats {
-        Some(url) => {
-            let after = origin_stats(&client, url).await;
-            let before = origin_before.lock().await.clone();
-            match (before, after) {
-                (Some(b), Some(a)) => (
-                    Some(a.requests.saturating_sub(b.requests)),
-                    Some(a.bytes.saturating_sub(b.bytes)),
-                ),
-                _ => (None, None),
+    Ok(tally.into_report(elapsed, shared.origin_delta().await))
+}
+
+impl ReplayOptions {
+    /// Checks the options, naming the bad one.
+    fn validate(&self) -> Result<(), ReplayError> {
+        if self.concurrency == 0 {
+            return Err(ReplayError::Concurrency);
+        }
+        if self.target.scheme_str() != Some("http") || self.target.authority().is_none() {
+            return Err(ReplayError::Target(self.target.clone()));
+        }
+        for (name, v) in [("rate", self.rate), ("speed", self.speed)] {
+            if let Some(value) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(ReplayError::Pace { name, value });
             }
         }
-        None => (None, None),
-    };
-    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-    Ok(ReplayReport {
-        requests: tally.requests,
-        hits: tally.hits,
-        hit_ratio: ratio(tally.hits, tally.requests),
-        byte_hit_ratio: ratio(tally.hit_bytes, tally.requested_bytes),
-        requested_bytes: tally.requested_bytes,
-        origin_requests,
-        origin_bytes,
-        origin_offload: origin_requests.map(|o| 1.0 - ratio(o, tally.requests)),
-        errors: tally.errors.values().sum(),
-        errors_by_kind: tally.errors,
-        corrupted: tally.corrupted,
-        outcomes: tally.outcomes,
-        requests_per_sec: tally.requests as f64 / elapsed.as_secs_f64().max(1e-9),
-        duration_secs: elapsed.as_secs_f64(),
-        latency_ms: tally.latency.as_ref().map(Latency::of).unwrap_or_default(),
-        latency_by_outcome: tally
-            .by_outcome
-            .iter()
-            .map(|(k, h)| (k.clone(), Latency::of(h)))
-            .collect(),
+        Ok(())
+    }
+}
+
+/// The reader thread: feeds (index, request) in trace order, `limit` requests after the first
+/// `skip`; a read error ends the replay.
+fn spawn_reader(
+    requests: impl Iterator<Item = Result<TraceRequest, TraceError>> + Send + 'static,
+    skip: u64,
+    limit: u64,
+    tx: mpsc::Sender<(u64, TraceRequest)>,
+) -> std::thread::JoinHandle<Result<(), TraceError>> {
+    std::thread::spawn(move || -> Result<(), TraceError> {
+        for (n, r) in requests.enumerate() {
+            let i = (n as u64).wrapping_sub(skip);
+            if n as u64 >= skip && i >= limit {
+                break;
+            }
+            // Skipped requests are still read (and a bad record among them reported).
+            let r = r?;
+            if (n as u64) < skip {
+                continue;
+            }
+            if tx.blocking_send((i, r)).is_err() {
+                break;
+            }
+        }
+        Ok(())
     })
+}
+
+/// What the workers share: the options, the client, and the bookkeeping of the measuring.
+struct Shared {
+    options: ReplayOptions,
+    /// The target without a trailing `/`.
+    target: String,
+    client: Client<HttpConnector, Empty<Bytes>>,
+    /// When the replay began: what pacing and `duration` count from.
+    start: Instant,
+    /// Requests answered, warm-up included (for progress).
+    done: AtomicU64,
+    /// Warm-up requests answered so far, and whether measuring has begun: no measured request is
+    /// sent before every warm-up request is answered and the origin's counters are read, so
+    /// neither side of the snapshot leaks into the other.
+    warm_done: AtomicU64,
+    measuring: watch::Sender<bool>,
+    /// When measuring began.
+    measured_start: std::sync::Mutex<Option<Instant>>,
+    /// The origin's counters when measuring began (with `origin_stats`).
+    origin_before: Mutex<Option<OriginStats>>,
+    /// The first request's trace time (with `speed`).
+    first_time: std::sync::Mutex<Option<Duration>>,
+}
+
+impl Shared {
+    /// The replay's shared state as it begins (its clock starts now), and a receiver of whether
+    /// measuring has begun.
+    fn new(
+        options: &ReplayOptions,
+        client: Client<HttpConnector, Empty<Bytes>>,
+    ) -> (Shared, watch::Receiver<bool>) {
+        let (measuring, measuring_rx) = watch::channel(options.warmup == 0);
+        let shared = Shared {
+            options: options.clone(),
+            target: options.target.to_string().trim_end_matches('/').to_string(),
+            client,
+            start: Instant::now(),
+            done: AtomicU64::new(0),
+            warm_done: AtomicU64::new(0),
+            measuring,
+            measured_start: std::sync::Mutex::default(),
+            origin_before: Mutex::default(),
+            first_time: std::sync::Mutex::default(),
+        };
+        (shared, measuring_rx)
+    }
+
+    /// Snapshots the origin's counters (with `origin_stats`), then starts the measuring clock.
+    async fn begin_measuring(&self) {
+        if let Some(url) = &self.options.origin_stats {
+            *self.origin_before.lock().await = origin_stats(&self.client, url).await;
+        }
+        *self
+            .measured_start
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// Waits until request `i` is due: by `rate`, or by the trace's clock sped up `speed` times.
+    async fn pace(&self, i: u64, r: &TraceRequest) {
+        if let Some(rate) = self.options.rate {
+            tokio::time::sleep_until(
+                (self.start + Duration::from_secs_f64(i as f64 / rate)).into(),
+            )
+            .await;
+        } else if let Some(speed) = self.options.speed {
+            let t0 = *self
+                .first_time
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(r.time);
+            let at = r.time.saturating_sub(t0).div_f64(speed);
+            tokio::time::sleep_until((self.start + at).into()).await;
+        }
+    }
+
+    /// Requests and body bytes that reached the origin while measuring (with `origin_stats`,
+    /// when both snapshots were read).
+    async fn origin_delta(&self) -> (Option<u64>, Option<u64>) {
+        let Some(url) = &self.options.origin_stats else {
+            return (None, None);
+        };
+        let after = origin_stats(&self.client, url).await;
+        let before = self.origin_before.lock().await.clone();
+        match (before, after) {
+            (Some(b), Some(a)) => (
+                Some(a.requests.saturating_sub(b.requests)),
+                Some(a.bytes.saturating_sub(b.bytes)),
+            ),
+            _ => (None, None),
+        }
+    }
+}
+
+/// One of `concurrency` workers: takes the next request, waits until it is due, sends it, and
+/// tallies the answer once measuring has begun.
+struct Worker {
+    shared: Arc<Shared>,
+    requests: Arc<Mutex<mpsc::Receiver<(u64, TraceRequest)>>>,
+    measuring: watch::Receiver<bool>,
+}
+
+impl Worker {
+    async fn run(mut self) -> Tally {
+        let s = Arc::clone(&self.shared);
+        let mut t = Tally::default();
+        loop {
+            if s.options.duration.is_some_and(|d| s.start.elapsed() >= d) {
+                break;
+            }
+            let next = self.requests.lock().await.recv().await;
+            let Some((i, r)) = next else { break };
+            s.pace(i, &r).await;
+            self.wait_for_warm_up(i).await;
+            let measured = i >= s.options.warmup;
+            let path = path_of(&r);
+            let url = format!("{}{path}?size={}", s.target, r.size);
+            let sent = Instant::now();
+            let outcome = fetch(&s.client, &url, &path, r.size, s.options.timeout).await;
+            let us = u64::try_from(sent.elapsed().as_micros())
+                .unwrap_or(u64::MAX)
+                .max(1);
+            s.done.fetch_add(1, Relaxed);
+            if !measured {
+                s.warm_done.fetch_add(1, Relaxed);
+                continue;
+            }
+            t.record(r.size, outcome, us);
+        }
+        t
+    }
+
+    /// Holds request `i` back until measuring begins. The first measured request begins it,
+    /// once the warm-up is answered: it snapshots the origin's counters and the clock, then lets
+    /// the measured requests go.
+    async fn wait_for_warm_up(&mut self, i: u64) {
+        let s = &self.shared;
+        let warmup = s.options.warmup;
+        if i == warmup && warmup > 0 {
+            while s.warm_done.load(Relaxed) < warmup {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            s.begin_measuring().await;
+            let _ = s.measuring.send(true);
+        } else if i > warmup {
+            let _ = self.measuring.wait_for(|m| *m).await;
+        }
+    }
+}
+
+/// Waits for the workers, telling `progress` every 100 ms how many requests were answered
+/// (`done`).
+async fn wait_reporting(
+    workers: Vec<tokio::task::JoinHandle<Tally>>,
+    done: &AtomicU64,
+    total: Option<u64>,
+    progress: &dyn Progress,
+) -> Result<Vec<Tally>, ReplayError> {
+    progress.begin("replaying", total);
+    let mut reported = 0;
+    let all = futures_join(workers);
+    tokio::pin!(all);
+    let tallies = loop {
+        tokio::select! {
+            t = &mut all => break t,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                let d = done.load(Relaxed);
+                progress.advance(d - reported);
+                reported = d;
+            }
+        }
+    };
+    progress.advance(done.load(Relaxed) - reported);
+    progress.end();
+    tallies
 }
 
 /// Every worker's tally, or the first worker's panic: a missing tally would make the figures
