@@ -3,6 +3,7 @@
 //! write), as an SVG.
 
 use super::Report;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use secondhit_proxy::units;
 use std::path::Path;
@@ -62,15 +63,48 @@ pub struct PlotError {
 /// Draws the report into an SVG file: three panels side by side: hit ratio and byte hit ratio
 /// against cache size on a log axis, and hit ratio against cache writes.
 pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
-    let fail = |e: &dyn std::fmt::Display| PlotError {
-        path: path.to_path_buf(),
-        message: e.to_string(),
+    let plot = Plot {
+        path,
+        series: series(report),
+        sizeless: report.summary.requested_bytes == report.summary.requests,
     };
     if report.results.iter().any(|r| r.disk.is_some()) {
-        return Err(fail(
+        return Err(plot.fail(
             &"two-tier runs (--disk-capacity) are not plotted yet: use the table, --json or --csv",
         ));
     }
+    let sizes = span(
+        report
+            .results
+            .iter()
+            .map(|r| r.capacity_bytes.max(1) as f64),
+    );
+    let root = SVGBackend::new(path, (1800, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot.fail(&e))?;
+    let title = format!(
+        "{}: {} requests, {:.1} % one-hit wonders (window {}, {} store)",
+        report.trace,
+        units::count(report.summary.requests),
+        report.summary.one_hit_wonder_ratio * 100.0,
+        report.settings.window,
+        report.settings.store
+    );
+    let root = root
+        .titled(&title, ("sans-serif", 20))
+        .map_err(|e| plot.fail(&e))?;
+    let panels = root.split_evenly((1, 3));
+    let specs: [(&str, Pick); 2] = [("hit ratio (%)", |p| p.1), ("byte hit ratio (%)", |p| p.2)];
+    for (panel, (label, pick)) in panels.iter().zip(specs) {
+        plot.by_size(panel, sizes, label, pick)?;
+    }
+    plot.by_writes(&panels[2])?;
+    root.present().map_err(|e| plot.fail(&e))?;
+    Ok(())
+}
+
+/// One series per policy and eviction, in the order they first appear, each sorted by cache
+/// size.
+fn series(report: &Report) -> Vec<(String, Vec<Point>)> {
     let mut series: Vec<(String, Vec<Point>)> = Vec::new();
     for r in &report.results {
         let name = format!("{} ({})", r.policy, r.eviction);
@@ -88,60 +122,75 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
     for (_, pts) in series.iter_mut() {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
-    let xs = report
-        .results
-        .iter()
-        .map(|r| r.capacity_bytes.max(1) as f64);
+    series
+}
+
+/// A log axis's range around `xs`, with some room at both ends.
+fn span(xs: impl Iterator<Item = f64>) -> (f64, f64) {
     let (lo, hi) = xs.fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
-    let (lo, hi) = if lo >= hi {
+    if lo >= hi {
         (lo / 2.0, lo * 2.0)
     } else {
         (lo / 1.3, hi * 1.3)
-    };
-    let ymax = |pick: Pick| {
-        let m = series
+    }
+}
+
+/// A panel of the plot.
+type Panel<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// What every panel draws from.
+struct Plot<'a> {
+    path: &'a Path,
+    series: Vec<(String, Vec<Point>)>,
+    /// The trace has no sizes: its cache sizes are in objects.
+    sizeless: bool,
+}
+
+impl Plot<'_> {
+    fn fail(&self, e: &dyn std::fmt::Display) -> PlotError {
+        PlotError {
+            path: self.path.to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The top of a y axis: the largest value `pick` finds, with room above, on a multiple of 5.
+    fn ymax(&self, pick: Pick) -> f64 {
+        let m = self
+            .series
             .iter()
             .flat_map(|(_, p)| p.iter().map(pick))
             .fold(0.0f64, f64::max);
         ((m * 1.1) / 5.0).ceil().max(1.0) * 5.0
-    };
+    }
 
-    let root = SVGBackend::new(path, (1800, 520)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
-    let title = format!(
-        "{}: {} requests, {:.1} % one-hit wonders (window {}, {} store)",
-        report.trace,
-        units::count(report.summary.requests),
-        report.summary.one_hit_wonder_ratio * 100.0,
-        report.settings.window,
-        report.settings.store
-    );
-    let root = root
-        .titled(&title, ("sans-serif", 20))
-        .map_err(|e| fail(&e))?;
-    let panels = root.split_evenly((1, 3));
-    let specs: [(&str, Pick); 2] = [("hit ratio (%)", |p| p.1), ("byte hit ratio (%)", |p| p.2)];
-    let sizeless = report.summary.requested_bytes == report.summary.requests;
-    let size_axis = if sizeless {
-        "cache size (objects)"
-    } else {
-        "cache size (bytes)"
-    };
-    for (panel, (label, pick)) in panels.iter().zip(specs) {
+    /// A panel of `pick` (labelled `label`) against cache size, from `lo` to `hi`, with a legend.
+    fn by_size(
+        &self,
+        panel: &Panel<'_>,
+        (lo, hi): (f64, f64),
+        label: &str,
+        pick: Pick,
+    ) -> Result<(), PlotError> {
+        let fail = |e: &dyn std::fmt::Display| self.fail(e);
         let mut chart = ChartBuilder::on(panel)
             .margin(16)
             .x_label_area_size(48)
             .y_label_area_size(56)
-            .build_cartesian_2d((lo..hi).log_scale(), 0.0..ymax(pick))
+            .build_cartesian_2d((lo..hi).log_scale(), 0.0..self.ymax(pick))
             .map_err(|e| fail(&e))?;
         chart
             .configure_mesh()
-            .x_desc(size_axis)
+            .x_desc(if self.sizeless {
+                "cache size (objects)"
+            } else {
+                "cache size (bytes)"
+            })
             .y_desc(label)
-            .x_label_formatter(&|x| axis_label(*x, sizeless))
+            .x_label_formatter(&|x| axis_label(*x, self.sizeless))
             .draw()
             .map_err(|e| fail(&e))?;
-        for (i, (name, pts)) in series.iter().enumerate() {
+        for (i, (name, pts)) in self.series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             chart
                 .draw_series(LineSeries::new(
@@ -167,50 +216,46 @@ pub fn plot_svg(report: &Report, path: &Path) -> Result<(), PlotError> {
             .border_style(BLACK.mix(0.3))
             .draw()
             .map_err(|e| fail(&e))?;
+        Ok(())
     }
-    // Hit ratio against cache writes: up and to the left is better.
-    let (wlo, whi) = series
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|p| p.3))
-        .fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
-    let (wlo, whi) = if wlo >= whi {
-        (wlo / 2.0, wlo * 2.0)
-    } else {
-        (wlo / 1.3, whi * 1.3)
-    };
-    let mut chart = ChartBuilder::on(&panels[2])
-        .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(56)
-        .build_cartesian_2d((wlo..whi).log_scale(), 0.0..ymax(|p| p.1))
-        .map_err(|e| fail(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("cache writes (admissions; fewer is better)")
-        .y_desc("hit ratio (%)")
-        .x_label_formatter(&|x| axis_label(*x, true))
-        .draw()
-        .map_err(|e| fail(&e))?;
-    for (i, (_, pts)) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let mut by_writes = pts.clone();
-        by_writes.sort_by(|a, b| a.3.total_cmp(&b.3));
-        chart
-            .draw_series(LineSeries::new(
-                by_writes.iter().map(|p| (p.3, p.1)),
-                color.mix(0.5).stroke_width(1),
-            ))
+
+    /// Hit ratio against cache writes: up and to the left is better.
+    fn by_writes(&self, panel: &Panel<'_>) -> Result<(), PlotError> {
+        let fail = |e: &dyn std::fmt::Display| self.fail(e);
+        let (wlo, whi) = span(self.series.iter().flat_map(|(_, p)| p.iter().map(|p| p.3)));
+        let mut chart = ChartBuilder::on(panel)
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(56)
+            .build_cartesian_2d((wlo..whi).log_scale(), 0.0..self.ymax(|p| p.1))
             .map_err(|e| fail(&e))?;
         chart
-            .draw_series(
-                by_writes
-                    .iter()
-                    .map(|p| Circle::new((p.3, p.1), 4, color.filled())),
-            )
+            .configure_mesh()
+            .x_desc("cache writes (admissions; fewer is better)")
+            .y_desc("hit ratio (%)")
+            .x_label_formatter(&|x| axis_label(*x, true))
+            .draw()
             .map_err(|e| fail(&e))?;
+        for (i, (_, pts)) in self.series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let mut by_writes = pts.clone();
+            by_writes.sort_by(|a, b| a.3.total_cmp(&b.3));
+            chart
+                .draw_series(LineSeries::new(
+                    by_writes.iter().map(|p| (p.3, p.1)),
+                    color.mix(0.5).stroke_width(1),
+                ))
+                .map_err(|e| fail(&e))?;
+            chart
+                .draw_series(
+                    by_writes
+                        .iter()
+                        .map(|p| Circle::new((p.3, p.1), 4, color.filled())),
+                )
+                .map_err(|e| fail(&e))?;
+        }
+        Ok(())
     }
-    root.present().map_err(|e| fail(&e))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -121,8 +121,36 @@ impl Report {
     /// A table: one row per run; each policy's difference against `admit-all` in percentage
     /// points, and its cache writes against `admit-all`'s in percent.
     pub fn to_text(&self) -> String {
-        let s = &self.summary;
         let mut out = String::new();
+        self.heading(&mut out);
+        let _ = writeln!(out);
+        if self.results.iter().any(|r| r.disk.is_some()) {
+            self.tiers_table(&mut out);
+            let _ = writeln!(
+                out,
+                "\nhit: both tiers; memory, flash: the share of requests each served; flash writes: objects\nwritten to flash (what the flash policy admitted, when memory evicted it or, if memory did not\ntake it, at once); per byte: flash bytes written per byte sent to clients; refused: writes over\n--disk-write-rate."
+            );
+            // Memory-only runs merged with two-tier ones (`--merge`) follow in their own table.
+            if self.results.iter().all(|r| r.disk.is_some()) {
+                let _ = writeln!(out, "wall time {:.2} s", self.wall_secs);
+                return out;
+            }
+            let _ = writeln!(out, "\nmemory only:");
+        }
+        self.memory_table(&mut out);
+        self.best_pairs(&mut out);
+        let _ = writeln!(
+            out,
+            "\npp: percentage points against admit-all at the same size; to opt: against belady (admit-all) at the\nsame size; writes: cache writes (admissions); bloom +/-: admissions the Bloom filter added / lost\nagainst the exact policy with the same windows.\nwall time {:.2} s",
+            self.wall_secs
+        );
+        out
+    }
+
+    /// The lines above the tables: the trace, the filter settings, and the sampling and cluster
+    /// if any.
+    fn heading(&self, out: &mut String) {
+        let s = &self.summary;
         let _ = writeln!(
             out,
             "trace {} ({}): {} requests, {} objects, {:.2} % one-hit wonders, working set {}",
@@ -158,20 +186,20 @@ impl Report {
                 if split { "capacity / N (the same total memory)" } else { "the whole capacity" }
             );
         }
-        let _ = writeln!(out);
-        if self.results.iter().any(|r| r.disk.is_some()) {
-            self.tiers_table(&mut out);
-            let _ = writeln!(
-                out,
-                "\nhit: both tiers; memory, flash: the share of requests each served; flash writes: objects\nwritten to flash (what the flash policy admitted, when memory evicted it or, if memory did not\ntake it, at once); per byte: flash bytes written per byte sent to clients; refused: writes over\n--disk-write-rate."
-            );
-            // Memory-only runs merged with two-tier ones (`--merge`) follow in their own table.
-            if self.results.iter().all(|r| r.disk.is_some()) {
-                let _ = writeln!(out, "wall time {:.2} s", self.wall_secs);
-                return out;
-            }
-            let _ = writeln!(out, "\nmemory only:");
+    }
+
+    /// A cache size as the tables show it: bytes, or objects for traces without sizes (which
+    /// count every request as 1 byte).
+    fn size_label(&self, bytes: u64) -> String {
+        if self.summary.requested_bytes == self.summary.requests {
+            format!("{} obj", units::count(bytes))
+        } else {
+            units::bytes(bytes)
         }
+    }
+
+    /// The table of memory-only runs.
+    fn memory_table(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "{:<18} {:<11} {:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>13} {:>8}",
@@ -188,33 +216,13 @@ impl Report {
             "bloom +/-",
             "Mreq/s"
         );
-        // Traces without sizes count every request as 1 byte: their capacity is in objects.
-        let sizeless = s.requested_bytes == s.requests;
         for r in self.results.iter().filter(|r| r.disk.is_none()) {
-            let size = if sizeless {
-                format!("{} obj", units::count(r.capacity_bytes))
-            } else {
-                units::bytes(r.capacity_bytes)
-            };
+            let size = self.size_label(r.capacity_bytes);
             let cap = match r.capacity_fraction {
                 Some(f) => format!("{size} ({} %)", f * 100.0),
                 None => size,
             };
-            let (dh, db, dw) = match self.baseline(r) {
-                Some(b) if b.policy != r.policy => (
-                    format!("{:+.2} pp", (r.hit_ratio - b.hit_ratio) * 100.0),
-                    format!("{:+.2} pp", (r.byte_hit_ratio - b.byte_hit_ratio) * 100.0),
-                    if b.admissions > 0 {
-                        format!(
-                            "{:+.1} %",
-                            (r.admissions as f64 / b.admissions as f64 - 1.0) * 100.0
-                        )
-                    } else {
-                        String::new()
-                    },
-                ),
-                _ => Default::default(),
-            };
+            let (dh, db, dw) = self.against_baseline(r);
             let to_opt = match self.belady(r.capacity_bytes) {
                 Some(b) => format!("{:+.2} pp", (r.hit_ratio - b.hit_ratio) * 100.0),
                 None => String::new(),
@@ -240,44 +248,59 @@ impl Report {
                 r.requests_per_sec / 1e6
             );
         }
-        let answers = self.answers();
-        if self.results.len() > 1 && !answers.is_empty() {
-            let _ = writeln!(out, "\nbest pairs (admission x eviction) per size:");
-            for a in &answers {
-                let size = if sizeless {
-                    format!("{} obj", units::count(a.capacity_bytes))
+    }
+
+    /// A row's hit ratio and byte hit ratio against its baseline's in percentage points, and its
+    /// writes against the baseline's in percent; empty for the baseline itself, or without one.
+    fn against_baseline(&self, r: &RunResult) -> (String, String, String) {
+        match self.baseline(r) {
+            Some(b) if b.policy != r.policy => (
+                format!("{:+.2} pp", (r.hit_ratio - b.hit_ratio) * 100.0),
+                format!("{:+.2} pp", (r.byte_hit_ratio - b.byte_hit_ratio) * 100.0),
+                if b.admissions > 0 {
+                    format!(
+                        "{:+.1} %",
+                        (r.admissions as f64 / b.admissions as f64 - 1.0) * 100.0
+                    )
                 } else {
-                    units::bytes(a.capacity_bytes)
-                };
-                let pair = |p: &Pick| format!("{} x {}", p.policy, p.eviction);
+                    String::new()
+                },
+            ),
+            _ => Default::default(),
+        }
+    }
+
+    /// The best pairs per size ([`Report::answers`]), when the sweep has more than one run.
+    fn best_pairs(&self, out: &mut String) {
+        let answers = self.answers();
+        if self.results.len() <= 1 || answers.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\nbest pairs (admission x eviction) per size:");
+        for a in &answers {
+            let size = self.size_label(a.capacity_bytes);
+            let pair = |p: &Pick| format!("{} x {}", p.policy, p.eviction);
+            let _ = write!(
+                out,
+                "  {size}: hit ratio {} ({:.2} %), byte hit ratio {} ({:.2} %)",
+                pair(&a.best_hit_ratio),
+                a.best_hit_ratio.value * 100.0,
+                pair(&a.best_byte_hit_ratio),
+                a.best_byte_hit_ratio.value * 100.0
+            );
+            if let Some(w) = &a.most_hits_per_write {
+                let _ = write!(out, ", hits per write {} ({:.2})", pair(w), w.value);
+            }
+            if let Some(b) = a.belady_hit_ratio {
                 let _ = write!(
                     out,
-                    "  {size}: hit ratio {} ({:.2} %), byte hit ratio {} ({:.2} %)",
-                    pair(&a.best_hit_ratio),
-                    a.best_hit_ratio.value * 100.0,
-                    pair(&a.best_byte_hit_ratio),
-                    a.best_byte_hit_ratio.value * 100.0
+                    "; belady {:.2} % ({:+.2} pp from the best)",
+                    b * 100.0,
+                    (a.best_hit_ratio.value - b) * 100.0
                 );
-                if let Some(w) = &a.most_hits_per_write {
-                    let _ = write!(out, ", hits per write {} ({:.2})", pair(w), w.value);
-                }
-                if let Some(b) = a.belady_hit_ratio {
-                    let _ = write!(
-                        out,
-                        "; belady {:.2} % ({:+.2} pp from the best)",
-                        b * 100.0,
-                        (a.best_hit_ratio.value - b) * 100.0
-                    );
-                }
-                let _ = writeln!(out);
             }
+            let _ = writeln!(out);
         }
-        let _ = writeln!(
-            out,
-            "\npp: percentage points against admit-all at the same size; to opt: against belady (admit-all) at the\nsame size; writes: cache writes (admissions); bloom +/-: admissions the Bloom filter added / lost\nagainst the exact policy with the same windows.\nwall time {:.2} s",
-            self.wall_secs
-        );
-        out
     }
 
     /// The table of two-tier runs: memory above flash.
