@@ -170,6 +170,16 @@ struct Counters {
     faults: AtomicU64,
 }
 
+impl Counters {
+    fn snapshot(&self) -> OriginStats {
+        OriginStats {
+            requests: self.requests.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            faults: self.faults.load(Relaxed),
+        }
+    }
+}
+
 /// A running synthetic origin.
 pub struct RunningOrigin {
     /// Its address.
@@ -182,11 +192,7 @@ pub struct RunningOrigin {
 impl RunningOrigin {
     /// The counters so far.
     pub fn stats(&self) -> OriginStats {
-        OriginStats {
-            requests: self.counters.requests.load(Relaxed),
-            bytes: self.counters.bytes.load(Relaxed),
-            faults: self.counters.faults.load(Relaxed),
-        }
+        self.counters.snapshot()
     }
 
     /// Stops accepting and waits for the accept loop to end.
@@ -243,12 +249,8 @@ impl Shared {
 async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
     let path = req.uri().path().to_string();
     if path == "/_stats" {
-        let s = OriginStats {
-            requests: shared.counters.requests.load(Relaxed),
-            bytes: shared.counters.bytes.load(Relaxed),
-            faults: shared.counters.faults.load(Relaxed),
-        };
-        let mut r = Response::new(full(serde_json::to_string(&s).unwrap_or_default()));
+        let stats = serde_json::to_string(&shared.counters.snapshot()).unwrap_or_default();
+        let mut r = Response::new(full(stats));
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -258,24 +260,11 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
     let o = &shared.options;
     shared.counters.requests.fetch_add(1, Relaxed);
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut r = Response::new(full("GET or HEAD only\n"));
-        *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-        return r;
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD only\n");
     }
-    let size = match req
-        .uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("size=")))
-    {
-        None => o.default_size,
-        Some(v) => match v.parse::<u64>() {
-            Ok(n) if n <= o.max_size => n,
-            _ => {
-                let mut r = Response::new(full(format!("bad size {v:?}: 0..={}\n", o.max_size)));
-                *r.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
-                return r;
-            }
-        },
+    let size = match requested_size(&req, o) {
+        Ok(n) => n,
+        Err(message) => return plain(StatusCode::PAYLOAD_TOO_LARGE, message),
     };
     if !o.latency.is_zero() {
         tokio::time::sleep(o.latency).await;
@@ -283,20 +272,9 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
     let fault = shared.fault();
     if matches!(fault, Fault::Error) {
         shared.counters.faults.fetch_add(1, Relaxed);
-        let mut r = Response::new(full("injected error\n"));
-        *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        return r;
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "injected error\n");
     }
-    let seed = xxh3_64(path.as_bytes());
-    let mut b = Response::builder()
-        .header(
-            header::CACHE_CONTROL,
-            format!("public, max-age={}", o.max_age),
-        )
-        .header(header::ETAG, format!("\"{seed:016x}-{size}\""))
-        .header(header::LAST_MODIFIED, "Wed, 01 Jan 2025 00:00:00 GMT")
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CONTENT_TYPE, "application/octet-stream");
+    let mut b = object_headers(&path, size, o.max_age);
     let (status, start, len) = match range_answer(req.headers().get(header::RANGE), size) {
         RangeAnswer::Full => (StatusCode::OK, 0, size),
         RangeAnswer::Partial {
@@ -308,8 +286,7 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
             (StatusCode::PARTIAL_CONTENT, start, end - start + 1)
         }
         RangeAnswer::Unsatisfiable { content_range } => {
-            let mut r = Response::new(full(""));
-            *r.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+            let mut r = plain(StatusCode::RANGE_NOT_SATISFIABLE, "");
             r.headers_mut().insert(header::CONTENT_RANGE, content_range);
             return r;
         }
@@ -318,72 +295,114 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
     if req.method() == Method::HEAD {
         return b.body(empty()).unwrap_or_else(|_| Response::new(full("")));
     }
-    if matches!(fault, Fault::None | Fault::Error) && len > STREAM_ABOVE {
-        // Made as the connection takes it, and counted as it goes: a client that leaves early
-        // shows in `bytes`, and a large object costs no more memory than a few chunks.
-        let (tx, rx) = channel(2, None, None);
-        let counters = Arc::clone(&shared.counters);
-        tokio::spawn(async move {
-            let mut offset = start;
-            let end = start + len;
-            while offset < end {
-                let n = (end - offset).min(STREAM_ABOVE);
-                let chunk = Bytes::from(content(&path, offset, n as usize));
-                if tx.send(Frame::data(chunk)).await.is_err() {
-                    break;
-                }
-                counters.bytes.fetch_add(n, Relaxed);
-                offset += n;
-            }
-        });
-        return b
-            .body(rx.boxed())
-            .unwrap_or_else(|_| Response::new(full("")));
-    }
-    let body = Bytes::from(content(&path, start, len as usize));
-    let body = match fault {
-        Fault::None | Fault::Error => {
-            shared.counters.bytes.fetch_add(len, Relaxed);
-            full(body)
-        }
-        Fault::Reset | Fault::Short => {
-            shared.counters.faults.fetch_add(1, Relaxed);
-            let half = body.slice(..body.len() / 2);
-            shared.counters.bytes.fetch_add(half.len() as u64, Relaxed);
-            let reset = matches!(fault, Fault::Reset);
-            let (tx, rx) = channel(2, None, None);
-            tokio::spawn(async move {
-                let _ = tx.send(Frame::data(half)).await;
-                // Let the headers and the half go out first, then break the connection.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let err: BoxError = if reset {
-                    "injected reset".into()
-                } else {
-                    "injected short body".into()
-                };
-                tx.fail(err).await;
-            });
-            rx.boxed()
-        }
-        Fault::Drip => {
-            shared.counters.faults.fetch_add(1, Relaxed);
-            shared.counters.bytes.fetch_add(len, Relaxed);
-            let interval = o.drip_interval;
-            let (tx, rx) = channel(2, None, None);
-            tokio::spawn(async move {
-                let mut rest = body;
-                while !rest.is_empty() {
-                    let n = rest.len().min(1024);
-                    if tx.send(Frame::data(rest.split_to(n))).await.is_err() {
-                        break;
-                    }
-                    tokio::time::sleep(interval).await;
-                }
-            });
-            rx.boxed()
-        }
-    };
+    let body = shared.body(path, start, len, fault);
     b.body(body).unwrap_or_else(|_| Response::new(full("")))
+}
+
+/// A response of `status` with a short text body.
+fn plain(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    r
+}
+
+/// The size `?size=` asks for (`default_size` without one), or what is wrong with it.
+fn requested_size(req: &Request<Incoming>, o: &OriginOptions) -> Result<u64, String> {
+    match req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("size=")))
+    {
+        None => Ok(o.default_size),
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n <= o.max_size => Ok(n),
+            _ => Err(format!("bad size {v:?}: 0..={}\n", o.max_size)),
+        },
+    }
+}
+
+/// The headers of the object at `path` of `size` bytes, whole or in part.
+fn object_headers(path: &str, size: u64, max_age: u64) -> http::response::Builder {
+    let seed = xxh3_64(path.as_bytes());
+    Response::builder()
+        .header(header::CACHE_CONTROL, format!("public, max-age={max_age}"))
+        .header(header::ETAG, format!("\"{seed:016x}-{size}\""))
+        .header(header::LAST_MODIFIED, "Wed, 01 Jan 2025 00:00:00 GMT")
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+}
+
+impl Shared {
+    /// The body of bytes `start..start + len` of the object at `path`, broken as `fault` says,
+    /// its bytes counted as sent.
+    fn body(&self, path: String, start: u64, len: u64, fault: Fault) -> ProxyBody {
+        if matches!(fault, Fault::None | Fault::Error) && len > STREAM_ABOVE {
+            return streamed(path, start, len, Arc::clone(&self.counters));
+        }
+        let body = Bytes::from(content(&path, start, len as usize));
+        match fault {
+            Fault::None | Fault::Error => {
+                self.counters.bytes.fetch_add(len, Relaxed);
+                full(body)
+            }
+            Fault::Reset | Fault::Short => {
+                self.counters.faults.fetch_add(1, Relaxed);
+                let half = body.slice(..body.len() / 2);
+                self.counters.bytes.fetch_add(half.len() as u64, Relaxed);
+                let reset = matches!(fault, Fault::Reset);
+                let (tx, rx) = channel(2, None, None);
+                tokio::spawn(async move {
+                    let _ = tx.send(Frame::data(half)).await;
+                    // Let the headers and the half go out first, then break the connection.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let err: BoxError = if reset {
+                        "injected reset".into()
+                    } else {
+                        "injected short body".into()
+                    };
+                    tx.fail(err).await;
+                });
+                rx.boxed()
+            }
+            Fault::Drip => {
+                self.counters.faults.fetch_add(1, Relaxed);
+                self.counters.bytes.fetch_add(len, Relaxed);
+                let interval = self.options.drip_interval;
+                let (tx, rx) = channel(2, None, None);
+                tokio::spawn(async move {
+                    let mut rest = body;
+                    while !rest.is_empty() {
+                        let n = rest.len().min(1024);
+                        if tx.send(Frame::data(rest.split_to(n))).await.is_err() {
+                            break;
+                        }
+                        tokio::time::sleep(interval).await;
+                    }
+                });
+                rx.boxed()
+            }
+        }
+    }
+}
+
+/// A large body, made as the connection takes it and counted as it goes: a client that leaves
+/// early shows in `bytes`, and a large object costs no more memory than a few chunks.
+fn streamed(path: String, start: u64, len: u64, counters: Arc<Counters>) -> ProxyBody {
+    let (tx, rx) = channel(2, None, None);
+    tokio::spawn(async move {
+        let mut offset = start;
+        let end = start + len;
+        while offset < end {
+            let n = (end - offset).min(STREAM_ABOVE);
+            let chunk = Bytes::from(content(&path, offset, n as usize));
+            if tx.send(Frame::data(chunk)).await.is_err() {
+                break;
+            }
+            counters.bytes.fetch_add(n, Relaxed);
+            offset += n;
+        }
+    });
+    rx.boxed()
 }
 
 /// Starts the origin.
