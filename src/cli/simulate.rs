@@ -28,9 +28,29 @@ pub(crate) fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
     let results = dir.join("results");
     std::fs::create_dir_all(&results)
         .with_context(|| format!("cannot create {}", results.display()))?;
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let exe = std::env::current_exe().context("cannot find this program's path")?;
-    let mut common = vec![absolute(&exe).display().to_string(), "simulate".into()];
+    let common = common_words(args, &exe);
+    let (lines, n) = job_lines(args, &common, &results);
+    let jobs = dir.join("jobs.txt");
+    std::fs::write(&jobs, lines).with_context(|| format!("cannot write {}", jobs.display()))?;
+    eprintln!(
+        "{n} jobs written to {}; run them, e.g. `parallel < {}`, then `secondhit simulate --merge {}/job-*.json`",
+        jobs.display(),
+        jobs.display(),
+        results.display()
+    );
+    Ok(())
+}
+
+/// `p` made absolute (as it is, if that fails).
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The words every job's command line begins with: this program (`exe`), `simulate`, and every
+/// option of the sweep but its policies, evictions and sizes, on one thread.
+fn common_words(args: &SimulateArgs, exe: &Path) -> Vec<String> {
+    let mut common = vec![absolute(exe).display().to_string(), "simulate".into()];
     let mut opt = |name: &str, value: String| {
         common.push(format!("--{name}"));
         common.push(value);
@@ -61,35 +81,50 @@ pub(crate) fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
     if let Some(r) = args.sample {
         opt("sample", r.to_string());
     }
+    for (name, value) in tier_and_cluster_options(args) {
+        opt(name, value);
+    }
+    if args.input.csv_header {
+        common.push("--csv-header".into());
+    }
+    common
+}
+
+/// The flash tier's options and the cluster's, as given: (name, value) pairs.
+fn tier_and_cluster_options(args: &SimulateArgs) -> Vec<(&'static str, String)> {
+    let mut options = Vec::new();
     if !args.disk_capacity.is_empty() {
         let join = |v: Vec<String>| v.join(",");
-        opt(
+        options.push((
             "disk-capacity",
             join(args.disk_capacity.iter().map(u64::to_string).collect()),
-        );
-        opt(
+        ));
+        options.push((
             "disk-policy",
             join(args.disk_policy.iter().map(Policy::to_string).collect()),
-        );
-        opt("disk-eviction", args.disk_eviction.to_string());
+        ));
+        options.push(("disk-eviction", args.disk_eviction.to_string()));
         if let Some(r) = args.disk_write_rate {
-            opt("disk-write-rate", r.to_string());
+            options.push(("disk-write-rate", r.to_string()));
         }
     }
     if args.nodes != 1 {
-        opt("nodes", args.nodes.to_string());
-        opt(
+        options.push(("nodes", args.nodes.to_string()));
+        options.push((
             "node-capacity",
             match args.node_capacity {
                 sim::NodeCapacity::Split => "split",
                 sim::NodeCapacity::Each => "each",
             }
             .into(),
-        );
+        ));
     }
-    if args.input.csv_header {
-        common.push("--csv-header".into());
-    }
+    options
+}
+
+/// One `sh` command line per run, each writing its report into `results`, in the order of one
+/// run's results: sizes, then evictions, then policies; and how many there are.
+fn job_lines(args: &SimulateArgs, common: &[String], results: &Path) -> (String, usize) {
     let sizes: Vec<(&str, String)> = if args.capacity.is_empty() {
         let fractions = args.capacity_fraction.iter();
         fractions
@@ -101,7 +136,6 @@ pub(crate) fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
             .map(|c| ("capacity", c.to_string()))
             .collect()
     };
-    // The order of one run's results: sizes, then evictions, then policies.
     let mut lines = String::new();
     let mut n = 0;
     for (size_opt, size) in &sizes {
@@ -109,7 +143,7 @@ pub(crate) fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
             for policy in &args.policy {
                 n += 1;
                 let out = absolute(&results.join(format!("job-{n:04}.json")));
-                let mut job = common.clone();
+                let mut job = common.to_vec();
                 job.extend([
                     "--policy".into(),
                     policy.to_string(),
@@ -126,15 +160,7 @@ pub(crate) fn plan(args: &SimulateArgs, dir: &Path) -> anyhow::Result<()> {
             }
         }
     }
-    let jobs = dir.join("jobs.txt");
-    std::fs::write(&jobs, lines).with_context(|| format!("cannot write {}", jobs.display()))?;
-    eprintln!(
-        "{n} jobs written to {}; run them, e.g. `parallel < {}`, then `secondhit simulate --merge {}/job-*.json`",
-        jobs.display(),
-        jobs.display(),
-        results.display()
-    );
-    Ok(())
+    (lines, n)
 }
 
 /// `simulate --merge FILE...`: the reports of separate runs as one.
