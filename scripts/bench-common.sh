@@ -71,6 +71,8 @@ http {
       proxy_set_header Connection "";
       proxy_cache c;
       proxy_cache_min_uses $min_uses;
+      # Concurrent misses of a key share one origin fetch, as secondhit's do (coalescing).
+      proxy_cache_lock on;
       # What is not cached is not spooled to disk either (only cache writes count).
       proxy_max_temp_file_size 0;
       add_header X-Cache \$upstream_cache_status;

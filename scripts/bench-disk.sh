@@ -15,7 +15,8 @@
 #   OBJECTS (20,000) others, log-normal sizes (median 8 KiB, sigma 1), seed 1.
 #   Sizes: memory MEMORY_FRACTION (2 %) of the replayed working set, flash DISK_FRACTION (20 %);
 #   nginx's max_size is the flash size. PROFILE=release builds quicker than the default
-#   production (LTO) build.
+#   production (LTO) build. DISK_RUNS picks the runs (default "nginx:1 nginx:2
+#   secondhit:admit-all secondhit:second-hit secondhit:nth-hit:3 default:second-hit").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-200000}
@@ -109,7 +110,7 @@ stop() {
 
 printf '| cache | flash policy | hit ratio | byte hit ratio | origin offload | flash bytes written | of which reached the device | per byte served | flash held (most) | req/s | p99 ms | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 notes=()
-runs=${RUNS:-nginx:1 nginx:2 secondhit:admit-all secondhit:second-hit secondhit:nth-hit:3 default:second-hit}
+runs=${DISK_RUNS:-nginx:1 nginx:2 secondhit:admit-all secondhit:second-hit secondhit:nth-hit:3 default:second-hit}
 for run in $runs; do
   cache=${run%%:*}
   policy=${run#*:}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The resource attacks of RELIABILITY.md at full size, against the release binary on loopback.
+"""The resource attacks of docs/reliability.md at full size, against the release binary on loopback.
 
 Starts `secondhit origin` and `secondhit serve` (defaults: 4,096 connections, 10 s header
 timeout), then:

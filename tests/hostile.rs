@@ -724,7 +724,10 @@ async fn reader(addr: std::net::SocketAddr, path: &str, first: usize) -> tokio::
 }
 
 /// What the origin's `/stream/` route has sent once it sent nothing more for 300 ms (waits
-/// 15 s at most): the streams stopped, on their budgets or because they were cancelled.
+/// 15 s at most): the streams stopped, on their budgets or because they were cancelled. Still
+/// a wait on time (a stall of the whole machine longer than 300 ms reads as quiet); what the
+/// callers assert are upper bounds on bytes, which a stall can only make easier to meet, so
+/// each also checks that the streams did run (see their `streamed` lower bounds).
 async fn quiet_streamed(o: &origin::TestOrigin) -> u64 {
     let mut streamed = o.streamed();
     for _ in 0..50 {
@@ -770,6 +773,8 @@ async fn slow_readers_hold_a_bounded_amount_of_memory() {
     // what the origin sent it (20 readers: hundreds of MB).
     assert!(grown < 64 << 20, "resident memory grew {grown} bytes");
     assert!(streamed < 20 * 16_000_000, "origin sent {streamed} bytes");
+    // The readers read their 100,000 bytes each: the streams did run.
+    assert!(streamed >= 20 * 100_000, "origin sent {streamed} bytes");
     drop(readers);
 }
 
@@ -789,6 +794,8 @@ async fn an_abandoned_download_stops_the_origin() {
     );
     // Before: the whole 1.5 GB.
     assert!(later < 30 * 8_000_000, "origin sent {later} bytes");
+    // Each download got its first bytes: at least one 64 KiB chunk of each was sent.
+    assert!(later >= 30 * 65_536, "origin sent {later} bytes");
     p.shutdown().await;
 }
 

@@ -1,7 +1,8 @@
-//! Hostile and broken origins against the proxy's own HTTP/1 origin client (`src/origin/h1.rs`,
-//! `src/origin/pool.rs`): an origin that sends bytes no request asked for (a body after a HEAD
-//! answer, garbage after a 204 or 304, bytes on an idle connection) must never have them read
-//! as the answer to another request on a pooled connection; duplicate lengths are normalised or
+//! Hostile and broken origins against the proxy's own HTTP/1 origin client (`origin/h1.rs` and
+//! `origin/pool.rs` of `crates/secondhit-proxy`): an origin that sends bytes no request asked
+//! for (a body after a HEAD answer, garbage after a 204 or 304, bytes on an idle connection)
+//! must never have them read as the answer to another request on a pooled connection;
+//! duplicate lengths are normalised or
 //! refused, never half answered; a transfer coding the proxy does not decode is a 502, never
 //! served as plain bytes; and a body delimited by the close, which cannot be shown complete, is
 //! forwarded but never stored.

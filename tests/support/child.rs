@@ -60,6 +60,13 @@ impl ServeChild {
             .spawn()
             .unwrap();
         let lines = stderr_lines(&mut child);
+        // Guarded before waiting: a child that never gets ready is killed too.
+        let mut guard = ServeChild {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            config: file,
+        };
         // `secondhit: serving on http://ADDR (admin http://ADMIN/metrics); Ctrl-C to stop`
         let ready = wait_for(&lines, "serving on http://", '\n');
         let (addr, rest) = ready.split_once(' ').expect("the ready line");
@@ -68,15 +75,10 @@ impl ServeChild {
             .and_then(|r| r.split_once("/metrics"))
             .map(|(a, _)| a)
             .expect("the admin address on the ready line");
-        let (addr, admin) = (addr.parse().unwrap(), admin.parse().unwrap());
+        (guard.addr, guard.admin) = (addr.parse().unwrap(), admin.parse().unwrap());
         // Keep reading stderr so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        ServeChild {
-            child,
-            addr,
-            admin,
-            config: file,
-        }
+        guard
     }
 
     /// The child's resident memory, in bytes (Linux).

@@ -33,9 +33,27 @@ struct Suite {
     peer: &'static str,
     /// The script, from the repository's root.
     script: &'static str,
-    /// Environment variables the script reads that a run may set (passed through, and recorded).
+    /// Environment variables the script reads that a run may set: passed through and recorded
+    /// (with [`COMMON_KNOBS`]); no other variable reaches the script.
     knobs: &'static [&'static str],
 }
+
+/// The knobs of `scripts/bench-common.sh`, which every suite may read.
+const COMMON_KNOBS: &[&str] = &["NGINX_WORKERS", "NGINX_LOG", "ORIGIN_PORT"];
+
+/// What a script needs of the environment to run at all (tools, their homes), passed through
+/// unrecorded.
+const PASSED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "TERM",
+    "TMPDIR",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+];
 
 /// Every suite, in the report's order.
 const SUITES: &[Suite] = &[
@@ -48,7 +66,9 @@ const SUITES: &[Suite] = &[
             "SCENARIOS",
             "RUNS",
             "DURATION",
+            "SECONDHIT_BIN",
             "BASELINE",
+            "BASELINE_LOG",
             "LAB",
             "ICOUNT",
             "ACCESS_LOG",
@@ -66,7 +86,14 @@ const SUITES: &[Suite] = &[
         title: "Memory above flash, live: secondhit's flash tier against nginx's disk cache",
         peer: "nginx proxy_cache on disk, proxy_cache_min_uses 1 and 2",
         script: "scripts/bench-disk.sh",
-        knobs: &["OBJECTS", "MEMORY_FRACTION", "DISK_FRACTION", "PROFILE"],
+        knobs: &[
+            "OBJECTS",
+            "MEMORY_FRACTION",
+            "DISK_FRACTION",
+            "PROFILE",
+            "DISK_RUNS",
+            "BENCH_DIR",
+        ],
     },
     Suite {
         name: "simulate",
@@ -86,7 +113,7 @@ const SUITES: &[Suite] = &[
         title: "HIT rate at 1,000 connections against servers that do next to nothing",
         peer: "nginx serving the file, and the floors of examples/hit_floor.rs",
         script: "scripts/bench-c1000-floor.sh",
-        knobs: &["RUNS", "DURATION"],
+        knobs: &["RUNS", "DURATION", "ONLY", "PIN"],
     },
 ];
 
@@ -125,6 +152,10 @@ struct Run {
     machine: Machine,
     /// Wall seconds of the whole script.
     wall_secs: f64,
+    /// When `SECONDHIT_BIN` named the binary measured: its path and `--version` (the commit is
+    /// then the tree's, not necessarily the binary's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    binary: Option<String>,
     /// The output's lines that are not tables (what the script says about the run).
     notes: Vec<String>,
     tables: Vec<Table>,
@@ -133,9 +164,33 @@ struct Run {
 /// The tables of a script's markdown output: a header line, a `|---|` line, then rows; the
 /// last non-empty line before a table is its caption. Every other line is a note.
 fn parse_tables(output: &str) -> (Vec<Table>, Vec<String>) {
+    // Cells split at each `|` that is not escaped (`\|` is a `|` inside a cell).
     let cells = |line: &str| -> Vec<String> {
-        let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
-        inner.split('|').map(|c| c.trim().to_string()).collect()
+        let line = line.trim();
+        let inner = line.strip_prefix('|').unwrap_or(line);
+        let inner = match inner.strip_suffix('|') {
+            Some(i) if !i.ends_with('\\') => i,
+            _ => inner,
+        };
+        let (mut cells, mut cell, mut escaped) = (Vec::new(), String::new(), false);
+        for c in inner.chars() {
+            match c {
+                '|' if !escaped => cells.push(std::mem::take(&mut cell).trim().to_string()),
+                '\\' if !escaped => escaped = true,
+                _ => {
+                    if escaped && c != '|' {
+                        cell.push('\\');
+                    }
+                    cell.push(c);
+                    escaped = false;
+                }
+            }
+        }
+        if escaped {
+            cell.push('\\');
+        }
+        cells.push(cell.trim().to_string());
+        cells
     };
     let is_rule = |line: &str| {
         let l = line.trim();
@@ -238,8 +293,11 @@ impl Machine {
 /// The commit, whether the tree is dirty, and the date, now.
 fn stamp() -> (String, bool, String) {
     let commit = first_line("git", &["rev-parse", "HEAD"]);
+    // The results and the page they make are written by the runs themselves: not a change to
+    // what is measured.
     let dirty = Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
+        .args(["status", "--porcelain", "--untracked-files=no", "--", "."])
+        .args([":(exclude)benchmarks", ":(exclude)docs/benchmarks.md"])
         .output()
         .is_ok_and(|o| !o.stdout.is_empty());
     let now = std::time::SystemTime::now()
@@ -249,21 +307,31 @@ fn stamp() -> (String, bool, String) {
 }
 
 /// Runs `suite` with `args`, its output shown as it comes, and returns the stamped run.
-fn run(suite: &Suite, args: &[String]) -> Result<Run, String> {
+fn run(suite: &Suite, args: &[String], stamped: &(String, bool, String)) -> Result<Run, String> {
     let knobs: Vec<(String, String)> = suite
         .knobs
         .iter()
+        .chain(COMMON_KNOBS)
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
     let mut command: Vec<String> = knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     command.push(suite.script.to_string());
     command.extend(args.iter().cloned());
     eprintln!("== {}: {}", suite.name, command.join(" "));
-    let (commit, dirty, date) = stamp();
+    let (commit, dirty, date) = stamped.clone();
+    let binary = knobs
+        .iter()
+        .find(|(k, _)| k == "SECONDHIT_BIN")
+        .map(|(_, path)| format!("{path} ({})", first_line(path, &["--version"])));
     let started = std::time::Instant::now();
+    let passed = PASSED
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)));
     let mut child = Command::new("bash")
         .arg(suite.script)
         .args(args)
+        .env_clear()
+        .envs(passed.chain(knobs.iter().cloned()))
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{}: {e}", suite.script))?;
@@ -294,6 +362,7 @@ fn run(suite: &Suite, args: &[String]) -> Result<Run, String> {
         date,
         machine: Machine::here(),
         wall_secs: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        binary,
         notes,
         tables,
     })
@@ -319,8 +388,11 @@ fn report(runs: &[Run]) -> String {
          Every figure here was produced by `cargo xtask bench`, which runs each scenario against \
          its peer in the same run on the same machine, and is stamped with the commit, the \
          machine and the date. The machine is shared and noisy: compare the ratios within a run, \
-         not absolute figures across runs. Earlier figures, recorded by hand before the harness, \
-         are in [benchmarks-history.md](benchmarks-history.md).\n"
+         not absolute figures across runs. The nginx peer is one configuration for every suite \
+         (`nginx_cache_conf` in `scripts/bench-common.sh`, with `proxy_cache_lock` on, as \
+         secondhit coalesces misses); earlier figures, recorded by hand before the harness and \
+         against each script's own nginx configuration, are in \
+         [benchmarks-history.md](benchmarks-history.md).\n"
     );
     let order = |r: &Run| {
         SUITES
@@ -338,13 +410,11 @@ fn report(runs: &[Run]) -> String {
         let _ = writeln!(md, "Suites not run yet:\n");
     }
     for s in missing {
-        {
-            let _ = writeln!(
-                md,
-                "- {} (`{}`, against {}): not run yet; `cargo xtask bench {}`.",
-                s.title, s.script, s.peer, s.name
-            );
-        }
+        let _ = writeln!(
+            md,
+            "- {} (`{}`, against {}): not run yet; `cargo xtask bench {}`.",
+            s.title, s.script, s.peer, s.name
+        );
     }
     for r in runs {
         let m = &r.machine;
@@ -364,6 +434,9 @@ fn report(runs: &[Run]) -> String {
             m.rustc,
             r.wall_secs
         );
+        if let Some(b) = &r.binary {
+            let _ = writeln!(md, "The binary measured: `{b}`.\n");
+        }
         for t in &r.tables {
             if !t.caption.is_empty() {
                 let _ = writeln!(md, "{}:\n", t.caption);
@@ -419,7 +492,11 @@ fn load_runs(dir: &Path) -> Result<Vec<Run>, String> {
 }
 
 fn bench(args: &[String]) -> Result<(), String> {
-    if args.iter().any(|a| a == "--list") {
+    if args
+        .iter()
+        .take_while(|a| a.as_str() != "--")
+        .any(|a| a == "--list")
+    {
         for s in SUITES {
             println!(
                 "{:<9} {}  (against {}; {})",
@@ -450,19 +527,38 @@ fn bench(args: &[String]) -> Result<(), String> {
         return Err("arguments after -- go to one suite's script: name one suite".into());
     }
     std::fs::create_dir_all(results_dir()).map_err(|e| format!("benchmarks/: {e}"))?;
+    // One stamp for the whole invocation, taken before any result is written.
+    let stamped = stamp();
+    let mut failed = Vec::new();
     for suite in chosen {
-        let run = run(suite, script_args)?;
-        let path = results_dir().join(format!("{}.json", suite.name));
-        let json = serde_json::to_string_pretty(&run).map_err(|e| e.to_string())?;
-        std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
-        eprintln!(
-            "== {}: {} tables in {}",
-            suite.name,
-            run.tables.len(),
-            path.display()
-        );
+        let written = run(suite, script_args, &stamped).and_then(|run| {
+            let path = results_dir().join(format!("{}.json", suite.name));
+            let json = serde_json::to_string_pretty(&run).map_err(|e| e.to_string())?;
+            std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+            eprintln!(
+                "== {}: {} tables in {}",
+                suite.name,
+                run.tables.len(),
+                path.display()
+            );
+            Ok(())
+        });
+        if let Err(e) = written {
+            eprintln!("== {}: failed: {e}", suite.name);
+            failed.push(format!("{}: {e}", suite.name));
+        }
     }
-    bench_report()
+    // The page follows whatever results there are, failed suites or not.
+    bench_report()?;
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} suite(s) failed: {}",
+            failed.len(),
+            failed.join("; ")
+        ))
+    }
 }
 
 fn bench_report() -> Result<(), String> {
@@ -516,7 +612,7 @@ mod tests {
         assert_eq!(tables.len(), 1);
         assert_eq!(tables[0].caption, "Medians over 3 rounds");
         assert_eq!(tables[0].columns, ["a", "b"]);
-        assert_eq!(tables[0].rows, [vec!["1", "x \\", "y"], vec!["2", "3"]]);
+        assert_eq!(tables[0].rows, [vec!["1", "x | y"], vec!["2", "3"]]);
         assert_eq!(notes, ["trace: zipf", "after", "| no rule |"]);
     }
 
@@ -562,6 +658,7 @@ mod tests {
                 ..Machine::default()
             },
             wall_secs: 60.0,
+            binary: None,
             notes: vec!["n".into()],
             tables: vec![Table {
                 caption: "c".into(),

@@ -820,7 +820,16 @@ mod tests {
                 lost += 1;
             }
         }
-        let f = tier.figures();
+        // Blocks are reclaimed in the background: wait (10 s at most) until the evictions have
+        // caught up with the writes, as a loaded machine may take a while to.
+        let mut f = tier.figures();
+        for _ in 0..200 {
+            if f.evicted_blocks + 10 >= ((120 - lost) / 3) as u64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            f = tier.figures();
+        }
         assert!(lost <= 30, "{lost} writes lost: {f:?}");
         // Not compared with `f.dropped`: foyer's count and the writes seen lost agree in most
         // runs, not all (CI once saw 2 drops for 1 write lost).
@@ -837,9 +846,11 @@ mod tests {
         for i in 110..120 {
             newest += usize::from(tier.get(&format!("k{i}")).await.is_some());
         }
+        // A write foyer dropped after it was seen is gone too: its drops bound what is lost.
+        let gone = lost.max(usize::try_from(f.dropped).unwrap_or(usize::MAX));
         assert!(
-            newest >= 10usize.saturating_sub(lost),
-            "{newest} of the 10 newest readable"
+            newest >= 10usize.saturating_sub(gone),
+            "{newest} of the 10 newest readable, {lost} lost: {f:?}"
         );
         let mut families = Families::default();
         tier.collect(&mut families);

@@ -41,11 +41,15 @@
 //!   [`proxy::check`], [`proxy::hit`], [`proxy::coalesce`] (with [`proxy::growing`], the body a
 //!   coalesced fetch streams to every waiter while it is stored), [`proxy::fetch`],
 //!   [`proxy::classify`], [`proxy::cached`] (store entries and their weight) and
-//!   [`proxy::outcome`] (`Outcome`, the typed `Cache-Status`, `Refusal`).
+//!   [`proxy::outcome`] (`Outcome`, the typed `Cache-Status`, `Refusal`); privately,
+//!   `revalidate.rs` (stale objects confirmed with the origin, background refreshes), `pump.rs`
+//!   (the body streamed to the client and stored once complete) and `build.rs` (building and
+//!   reloading).
 //! - [`http_cache`]: RFC 9111 rules as pure functions: request plan, storability, freshness,
 //!   age, keys, Vary variant keys, conditional requests, ranges, hop-by-hop and unkeyed headers.
 //! - [`origin`]: routing to configured origins only, the pooled keep-alive client, origin
-//!   failure kinds.
+//!   failure kinds; [`origin::h1`], the lean HTTP/1 exchange (head parser, framing, chunked
+//!   decoder) the pool uses for plain-HTTP origins.
 //! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a
 //!   byte budget (backpressure).
 //! - [`disk`]: the flash tier under the memory store, on foyer's block engine: our encoding of a
@@ -55,7 +59,9 @@
 //! - [`config`]: `serve`'s configuration, parsed once into types, and the cross-field
 //!   `validate()` that yields a [`ValidConfig`](config::ValidConfig).
 //! - [`server`]: the public and admin listeners and the admin endpoints.
-//! - [`metrics`]: the proxy's counters and latencies, as Prometheus text.
+//! - [`metrics`]: the proxy's counters and lock-free latency histograms, and the one
+//!   prometheus-client registry each scrape fills from the proxy, the live lab and the flash
+//!   tier.
 //! - [`access_log`]: one line per request (combined or JSON), written off the request path,
 //!   reopened for rotation.
 //! - [`tls`]: rustls both ways: certificates chosen by SNI with ALPN h2 for clients, verified

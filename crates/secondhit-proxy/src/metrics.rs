@@ -352,16 +352,22 @@ pub fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
     pairs.iter().map(|&(k, v)| (k, v.to_string())).collect()
 }
 
-/// The upper bounds of the latency histograms' buckets, in microseconds: from 100 µs (a hit
-/// over loopback) to a minute (a slow origin's large object), about three per decade.
-pub const LATENCY_BUCKETS_MICROS: [u64; 18] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
+/// The upper bounds of the latency histograms' buckets, in microseconds: from 10 µs (a hit
+/// over loopback takes tens of µs) to a minute (a slow origin's large object), about three per
+/// decade.
+pub const LATENCY_BUCKETS_MICROS: [u64; 21] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
+    500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
 ];
+
+/// The largest latency recorded, in microseconds (an hour): larger ones count as an hour, so
+/// that the sum cannot wrap.
+const LATENCY_MAX_MICROS: u64 = 3_600_000_000;
 
 /// A latency histogram with fixed buckets ([`LATENCY_BUCKETS_MICROS`]) that takes no lock: an
 /// observation is two relaxed atomic additions (its bucket and the sum), so responses on many
-/// threads never wait for each other. The count is the sum of the buckets.
+/// threads never wait for each other. The count is the sum of the buckets. A scrape reads the
+/// sum apart from the buckets, so the two may differ by the observations made in between.
 #[derive(Debug, Default)]
 pub struct LatencyHistogram {
     /// One count per bucket, and last the observations above every bound.
@@ -373,7 +379,9 @@ pub struct LatencyHistogram {
 impl LatencyHistogram {
     /// Records one latency.
     pub fn observe(&self, latency: Duration) {
-        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        let us = u64::try_from(latency.as_micros())
+            .unwrap_or(u64::MAX)
+            .min(LATENCY_MAX_MICROS);
         let i = LATENCY_BUCKETS_MICROS.partition_point(|&b| b < us);
         self.buckets[i].fetch_add(1, Relaxed);
         self.sum_micros.fetch_add(us, Relaxed);
@@ -464,7 +472,8 @@ impl Families {
     fn push(&mut self, name: &str, help: &str, kind: MetricType, samples: Vec<(Labels, Value)>) {
         self.0.push(Family {
             name: name.to_string(),
-            help: help.to_string(),
+            // Sentences, as the registry's own metrics have them.
+            help: format!("{}.", help.trim_end_matches('.')),
             kind,
             samples,
         });
@@ -579,6 +588,7 @@ mod tests {
         assert!(text.contains("secondhit_cache_entries 3"));
         assert!(text.contains("secondhit_latency_seconds_count{outcome=\"hit\"} 2"));
         assert!(text.contains("# TYPE secondhit_latency_seconds histogram"));
+        assert!(text.contains("# HELP secondhit_requests_total Responses by outcome.\n"));
         // 250 µs falls in the bucket of 250 µs (bounds are inclusive), 2 ms in that of 2.5 ms.
         for (le, n) in [
             ("0.0001", 0),
@@ -610,15 +620,18 @@ mod tests {
     #[test]
     fn a_latency_lands_in_the_first_bucket_at_or_above_it() {
         let h = LatencyHistogram::default();
-        for us in [0, 100, 101, 60_000_000, 60_000_001, u64::MAX / 2] {
+        for us in [0, 10, 11, 60_000_000, 60_000_001] {
             h.observe(Duration::from_micros(us));
         }
+        h.observe(Duration::MAX);
         let s = h.snapshot();
         assert_eq!(s.count, 6);
-        assert_eq!(s.buckets[0], (0.0001, 2)); // 0 and 100 µs
-        assert_eq!(s.buckets[1], (0.00025, 1)); // 101 µs
+        assert_eq!(s.buckets[0], (0.00001, 2)); // 0 and 10 µs
+        assert_eq!(s.buckets[1], (0.000025, 1)); // 11 µs
         assert_eq!(s.buckets.last(), Some(&(60.0, 1))); // a minute exactly
                                                         // The two above every bound count only toward +Inf (the count).
         assert_eq!(s.buckets.iter().map(|b| b.1).sum::<u64>(), 4);
+        // Duration::MAX counts as an hour: the sum does not wrap (21 µs, two minutes, an hour).
+        assert_eq!(s.sum, 3_720_000_022.0 / 1e6);
     }
 }

@@ -31,7 +31,8 @@
 //! the pump when a body of unknown length ends; a look-up-only miss is none.
 //!
 //! `Outcome`, `Cache-Status` and refusals are values (outcome.rs); stored entries are
-//! `cached::Entry`s of one weighed moka store.
+//! `cached::Entry`s of one weighed moka store. Building the proxy from a configuration and
+//! reloading it (what a reload may change live, what waits for a restart) is build.rs.
 
 pub mod authority;
 mod build;

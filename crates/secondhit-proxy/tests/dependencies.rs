@@ -18,10 +18,11 @@ fn direct_dependents(name: &str) -> Option<Vec<String>> {
         .expect("cargo runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
-        // Not in the tree: cargo says the package spec matched nothing.
+        // Not in the tree: cargo says the package spec matched nothing. (Two versions of one
+        // crate in the lock file make the spec ambiguous instead: name one then.)
         assert!(
             stderr.contains("did not match any packages"),
-            "cargo tree: {stderr}"
+            "cargo tree -i {name}: {stderr}"
         );
         return None;
     }

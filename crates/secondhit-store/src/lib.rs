@@ -36,6 +36,8 @@
 //! assert!(store::exact(Eviction::TinyLfu, 1_000).is_none()); // moka's only
 //! ```
 
+#![warn(missing_docs)]
+
 mod arc;
 mod arena;
 mod belady;
@@ -77,7 +79,7 @@ use std::sync::Arc;
 
 /// An eviction policy, as on the command line. `lru` and `tinylfu` are moka's (the proxy's
 /// store, and the simulator's `--store moka`); the others exist in the simulator's exact store
-/// only, each exact against libCacheSim 0.3.5 with its defaults (see `store/`'s files).
+/// only, each exact against libCacheSim 0.3.5 with its defaults (see this crate's files).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Eviction {
     /// Least recently used.

@@ -98,11 +98,11 @@ impl GaugeOps for Metric {
 impl HistogramOps for Metric {
     fn record(&self, seconds: f64) {
         if let Tap::One(Sink::WriteLatency) = self.tap {
-            // Negative or not a number: recorded as no time at all.
-            let seconds = if seconds.is_finite() {
-                seconds.max(0.0)
-            } else {
+            // Negative or not a number: recorded as no time at all; too long: as the longest.
+            let seconds = if seconds.is_nan() {
                 0.0
+            } else {
+                seconds.max(0.0)
             };
             self.tapped
                 .write_latency

@@ -53,8 +53,9 @@ pub(super) struct StoreJob {
     pub primary: String,
     /// The request's headers as the origin received them (for the variant key).
     pub request_headers: HeaderMap,
-    /// The response's status and headers.
+    /// The response's status.
     pub status: StatusCode,
+    /// The response's headers.
     pub headers: HeaderMap,
     /// How fresh it is.
     pub freshness: Freshness,
@@ -520,6 +521,7 @@ fn stored_key(job: &StoreJob) -> String {
         variant_key(&job.primary, &fields, &job.request_headers)
     }
 }
+
 /// What [`Proxy::relay`] saw of an origin body.
 struct Relayed {
     /// The body as stored, if it stayed within both budgets.
