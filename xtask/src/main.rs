@@ -417,58 +417,64 @@ fn report(runs: &[Run]) -> String {
         );
     }
     for r in runs {
-        let m = &r.machine;
-        let _ = writeln!(md, "\n## {}\n", r.title);
+        section(&mut md, r);
+    }
+    md
+}
+
+/// One run's section of the report: its stamp, its tables, what the script said.
+fn section(md: &mut String, r: &Run) {
+    let m = &r.machine;
+    let _ = writeln!(md, "\n## {}\n", r.title);
+    let _ =
+        writeln!(
+        md,
+        "Against {}. `{}`, {} at commit `{}`{}, {} cores ({}), {} GiB, Linux {}, {}; {:.0} s.\n",
+        r.peer,
+        r.command,
+        r.date,
+        r.commit.get(..10).unwrap_or(&r.commit),
+        if r.dirty { " with uncommitted changes" } else { "" },
+        m.cores,
+        m.cpu,
+        m.memory_gib,
+        m.kernel,
+        m.rustc,
+        r.wall_secs
+    );
+    if let Some(b) = &r.binary {
+        let _ = writeln!(md, "The binary measured: `{b}`.\n");
+    }
+    for t in &r.tables {
+        if !t.caption.is_empty() {
+            let _ = writeln!(md, "{}:\n", t.caption);
+        }
         let _ = writeln!(
             md,
-            "Against {}. `{}`, {} at commit `{}`{}, {} cores ({}), {} GiB, Linux {}, {}; {:.0} s.\n",
-            r.peer,
-            r.command,
-            r.date,
-            r.commit.get(..10).unwrap_or(&r.commit),
-            if r.dirty { " with uncommitted changes" } else { "" },
-            m.cores,
-            m.cpu,
-            m.memory_gib,
-            m.kernel,
-            m.rustc,
-            r.wall_secs
+            "| {} |",
+            t.columns
+                .iter()
+                .map(|c| cell(c))
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
-        if let Some(b) = &r.binary {
-            let _ = writeln!(md, "The binary measured: `{b}`.\n");
-        }
-        for t in &r.tables {
-            if !t.caption.is_empty() {
-                let _ = writeln!(md, "{}:\n", t.caption);
-            }
+        let _ = writeln!(md, "|{}", "---|".repeat(t.columns.len()));
+        for row in &t.rows {
             let _ = writeln!(
                 md,
                 "| {} |",
-                t.columns
-                    .iter()
-                    .map(|c| cell(c))
-                    .collect::<Vec<_>>()
-                    .join(" | ")
+                row.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | ")
             );
-            let _ = writeln!(md, "|{}", "---|".repeat(t.columns.len()));
-            for row in &t.rows {
-                let _ = writeln!(
-                    md,
-                    "| {} |",
-                    row.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | ")
-                );
-            }
-            md.push('\n');
         }
-        if !r.notes.is_empty() {
-            let _ = writeln!(md, "<details><summary>What the script said</summary>\n");
-            for n in &r.notes {
-                let _ = writeln!(md, "    {n}");
-            }
-            let _ = writeln!(md, "\n</details>");
-        }
+        md.push('\n');
     }
-    md
+    if !r.notes.is_empty() {
+        let _ = writeln!(md, "<details><summary>What the script said</summary>\n");
+        for n in &r.notes {
+            let _ = writeln!(md, "    {n}");
+        }
+        let _ = writeln!(md, "\n</details>");
+    }
 }
 
 /// Every run kept in `dir`, by file name; a file that is not a run is an error naming it.

@@ -175,6 +175,24 @@ impl Metrics {
         cache_bytes: u64,
         admission: &AdmissionStats,
     ) {
+        self.collect_traffic(out);
+        self.collect_writes(out);
+        self.collect_operations(out);
+        collect_admission(out, cache_entries, cache_bytes, admission);
+        out.histograms(
+            "latency_seconds",
+            "Time to response headers by outcome",
+            Outcome::ALL.iter().map(|o| {
+                (
+                    labels([("outcome", o.label())]),
+                    self.latency[o.index()].snapshot(),
+                )
+            }),
+        );
+    }
+
+    /// Responses and origin traffic.
+    fn collect_traffic(&self, out: &mut Families) {
         let per_outcome = |a: &[AtomicU64; OUTCOMES]| {
             Outcome::ALL
                 .iter()
@@ -211,6 +229,10 @@ impl Metrics {
                 )
             }),
         );
+    }
+
+    /// What was written to the cache, refreshed, served stale or removed.
+    fn collect_writes(&self, out: &mut Families) {
         out.counter(
             "cache_writes",
             "Objects written to the cache",
@@ -255,6 +277,10 @@ impl Metrics {
             "Stored objects removed after an unsafe request (RFC 9111 4.4)",
             self.invalidations.load(Relaxed),
         );
+    }
+
+    /// Reloads, the access log, coalescing and refusals.
+    fn collect_operations(&self, out: &mut Families) {
         out.counters(
             "config_reloads",
             "Configuration reloads (SIGHUP, POST /reload), by result",
@@ -278,15 +304,25 @@ impl Metrics {
             "Requests answered by the proxy as the client's fault (refused, or a broken request body)",
             self.refused.load(Relaxed),
         );
-        out.counters(
-            "admission",
-            "Admission decisions on cache misses",
-            [
-                (labels([("decision", "admit")]), admission.admitted),
-                (labels([("decision", "defer")]), admission.deferred),
-            ],
-        );
-        out.counters(
+    }
+}
+
+/// The admission policy's decisions and filter, and what the cache holds.
+fn collect_admission(
+    out: &mut Families,
+    cache_entries: u64,
+    cache_bytes: u64,
+    admission: &AdmissionStats,
+) {
+    out.counters(
+        "admission",
+        "Admission decisions on cache misses",
+        [
+            (labels([("decision", "admit")]), admission.admitted),
+            (labels([("decision", "defer")]), admission.deferred),
+        ],
+    );
+    out.counters(
             "filter_rotations",
             "Rotations of the admission filter's generations: on time (the window ended) or on count (a generation filled first: expected_items is too small)",
             [
@@ -297,50 +333,39 @@ impl Metrics {
                 (labels([("trigger", "count")]), admission.rotations_on_count),
             ],
         );
-        out.gauge("cache_entries", "Objects in the cache", cache_entries);
-        out.gauge("cache_bytes", "Weighted bytes in the cache", cache_bytes);
-        if let Some(f) = &admission.filter {
-            out.gauge(
-                "filter_current_fill",
-                "Fraction of the current generation's bits set",
-                f.current_fill,
-            );
-            out.gauge(
-                "filter_previous_fill",
-                "Fraction of the previous generation's bits set",
-                f.previous_fill,
-            );
-            out.gauge(
-                "filter_estimated_fpr",
-                "Estimated false-positive rate of the filter pair",
-                f.estimated_fpr,
-            );
-            out.gauge(
-                "filter_current_items",
-                "Distinct keys in the current generation",
-                f.current_items,
-            );
-            out.gauge(
-                "filter_memory_bytes",
-                "Memory of both generations",
-                f.memory_bytes,
-            );
-            out.gauge(
+    out.gauge("cache_entries", "Objects in the cache", cache_entries);
+    out.gauge("cache_bytes", "Weighted bytes in the cache", cache_bytes);
+    if let Some(f) = &admission.filter {
+        out.gauge(
+            "filter_current_fill",
+            "Fraction of the current generation's bits set",
+            f.current_fill,
+        );
+        out.gauge(
+            "filter_previous_fill",
+            "Fraction of the previous generation's bits set",
+            f.previous_fill,
+        );
+        out.gauge(
+            "filter_estimated_fpr",
+            "Estimated false-positive rate of the filter pair",
+            f.estimated_fpr,
+        );
+        out.gauge(
+            "filter_current_items",
+            "Distinct keys in the current generation",
+            f.current_items,
+        );
+        out.gauge(
+            "filter_memory_bytes",
+            "Memory of both generations",
+            f.memory_bytes,
+        );
+        out.gauge(
                 "filter_keys_per_window",
                 "Distinct keys a window brings, estimated when a generation filled early (0: never did); expected_items should be above it",
                 admission.keys_per_window,
             );
-        }
-        out.histograms(
-            "latency_seconds",
-            "Time to response headers by outcome",
-            Outcome::ALL.iter().map(|o| {
-                (
-                    labels([("outcome", o.label())]),
-                    self.latency[o.index()].snapshot(),
-                )
-            }),
-        );
     }
 }
 
