@@ -3,7 +3,7 @@
 mod support;
 
 use std::process::{Command, Output};
-use support::child::{stderr_lines, wait_for};
+use support::child::{stderr_lines, wait_for, ServeChild};
 use support::{bin, bundled};
 
 fn run(args: &[&str]) -> Output {
@@ -455,32 +455,13 @@ fn simulate_saves_a_warmed_filter_that_serve_loads() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// A configuration file for a `serve` child on free loopback ports, named for `test`.
-fn serve_config(test: &str) -> std::path::PathBuf {
-    let file = std::env::temp_dir().join(format!("secondhit-{test}-{}.toml", std::process::id()));
-    std::fs::write(
-        &file,
-        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\norigin = \"http://127.0.0.1:1\"\n",
-    )
-    .unwrap();
-    file
-}
-
-/// `serve --config file` as a child, once ready, with its admin listener's address.
-fn serve_child(file: &std::path::Path) -> (std::process::Child, String) {
-    let mut child = std::process::Command::new(support::bin())
-        .args(["serve", "--config"])
-        .arg(file)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rx = stderr_lines(&mut child);
-    let admin = wait_for(&rx, "(admin http://", '/');
-    (child, admin)
-}
+/// `serve`'s configuration file for the signal tests: free loopback ports, an origin that
+/// refuses connections.
+const SERVE_CONFIG: &str =
+    "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\norigin = \"http://127.0.0.1:1\"\n";
 
 /// `/metrics` from the admin listener at `admin`; `None` when nothing listens there.
-fn admin_metrics(admin: &str) -> Option<String> {
+fn admin_metrics(admin: std::net::SocketAddr) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(admin).ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
@@ -491,7 +472,7 @@ fn admin_metrics(admin: &str) -> Option<String> {
 }
 
 /// Polls the admin listener (5 s at most) until the config has been reloaded once.
-fn reloaded_once(admin: &str, child: &mut std::process::Child) -> bool {
+fn reloaded_once(admin: std::net::SocketAddr, child: &mut std::process::Child) -> bool {
     for _ in 0..100 {
         let Some(text) = admin_metrics(admin) else {
             panic!("serve is gone: {:?}", child.try_wait());
@@ -506,19 +487,17 @@ fn reloaded_once(admin: &str, child: &mut std::process::Child) -> bool {
 
 #[test]
 fn sighup_reloads_the_configuration_file() {
-    let file = serve_config("sighup");
-    let (mut child, admin) = serve_child(&file);
-    let before = admin_metrics(&admin).expect("serving");
+    let mut serve = ServeChild::start("sighup", SERVE_CONFIG);
+    let before = admin_metrics(serve.admin).expect("serving");
     assert!(before.contains("secondhit_config_reloads_total{result=\"ok\"} 0"));
-    assert!(signal(&child, "-HUP").success());
+    assert!(signal(&serve.child, "-HUP").success());
     assert!(
-        reloaded_once(&admin, &mut child),
+        reloaded_once(serve.admin, &mut serve.child),
         "SIGHUP reloaded the file"
     );
-    assert!(signal(&child, "-TERM").success());
-    let status = child.wait().unwrap();
+    assert!(signal(&serve.child, "-TERM").success());
+    let status = serve.child.wait().unwrap();
     assert!(status.success(), "{status}");
-    std::fs::remove_file(file).unwrap();
 }
 
 /// A reload or a log rotation sent the moment `serve` says it is ready (as systemd's
@@ -528,20 +507,18 @@ fn sighup_reloads_the_configuration_file() {
 #[cfg(unix)]
 #[test]
 fn signals_sent_as_soon_as_serve_is_ready_find_their_handlers() {
-    let file = serve_config("early");
     for round in 0..4 {
-        let (mut child, admin) = serve_child(&file);
-        assert!(signal(&child, "-HUP").success());
-        assert!(signal(&child, "-USR1").success());
+        let mut serve = ServeChild::start("early", SERVE_CONFIG);
+        assert!(signal(&serve.child, "-HUP").success());
+        assert!(signal(&serve.child, "-USR1").success());
         assert!(
-            reloaded_once(&admin, &mut child),
+            reloaded_once(serve.admin, &mut serve.child),
             "round {round}: the early SIGHUP reloaded the file"
         );
-        assert!(signal(&child, "-TERM").success());
-        let status = child.wait().unwrap();
+        assert!(signal(&serve.child, "-TERM").success());
+        let status = serve.child.wait().unwrap();
         assert!(status.success(), "round {round}: {status}");
     }
-    std::fs::remove_file(file).unwrap();
 }
 
 #[cfg(unix)]

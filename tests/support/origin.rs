@@ -229,15 +229,12 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
                 .header("vary", "Accept-Language")
                 .body(full(format!("language={lang}")))
         }
-        // Varies on X-V and says what X-V it saw (its raw bytes, escaped); "/vary-xv/slow"
-        // answers after 300 ms.
+        // Varies on X-V and says what X-V it saw (its raw bytes, escaped). (A test that needs
+        // the answer late holds it with a gate: `TestOrigin::hold`.)
         "vary-xv" => {
             let xv = req.headers().get("x-v").map_or("none".to_string(), |v| {
                 v.as_bytes().escape_ascii().to_string()
             });
-            if path.ends_with("/slow") {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
             cc(b, "max-age=60")
                 .header("vary", "X-V")
                 .body(full(format!("x-v={xv}")))
