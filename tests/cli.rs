@@ -129,6 +129,130 @@ fn simulate_writes_csv_and_plot() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// The texts of an SVG's `<text>` elements (plotters writes each on a line of its own).
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let body = &t[t.find('>')? + 1..];
+            Some(body[..body.find("</text>")?].trim().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn simulate_plot_ticks_every_size_with_its_table_label() {
+    let dir = std::env::temp_dir().join(format!("secondhit-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("r.svg");
+    let trace = bundled("request.trace.xz");
+    let out = run(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--capacity-fraction",
+        "0.01,0.02,0.05,0.1",
+        "--json",
+        "-",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let v = stdout_json(&out);
+    let svg = std::fs::read_to_string(svg).unwrap();
+    let texts = svg_texts(&svg);
+    let mut sizes: Vec<u64> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["capacity_bytes"].as_u64().unwrap())
+        .collect();
+    sizes.dedup();
+    assert_eq!(sizes.len(), 4);
+    for s in sizes {
+        // The table's label (binary units), once on each of the two panels by size.
+        let label = secondhit::units::bytes(s);
+        let ticks = texts.iter().filter(|t| **t == label).count();
+        assert_eq!(ticks, 2, "{label} in {texts:?}");
+    }
+    assert!(
+        texts
+            .iter()
+            .all(|t| !t.ends_with(" MB") && !t.ends_with(" kB")),
+        "decimal units beside binary ones: {texts:?}"
+    );
+    // A legend on each of the three panels, and the trace's file name in the title.
+    for policy in [
+        "admit-all (lru)",
+        "second-hit (lru)",
+        "second-hit-exact (lru)",
+    ] {
+        assert_eq!(texts.iter().filter(|t| *t == policy).count(), 3, "{policy}");
+    }
+    assert!(texts[0].starts_with("request.trace.xz"), "{}", texts[0]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn trace_stats_measures_second_request_distances() {
+    let dir = std::env::temp_dir().join(format!("secondhit-dist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("d.svg");
+    let trace = bundled("trace-mt-20130703.trc.bin.gz");
+    let trace = trace.to_str().unwrap();
+    let v = stdout_json(&run(&[
+        "trace-stats",
+        trace,
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]));
+    let d = &v["second_request_distance"];
+    // One second request per object that has one.
+    assert_eq!(d["second_requests"], 20_484 - 11_066);
+    assert_eq!(v["objects"], 20_484);
+    assert_eq!(v["one_hit_wonders"], 11_066);
+    // Sizeless: the time is the request's number, so requests and seconds agree.
+    for (q, requests, objects) in [
+        ("p10", 2, 2),
+        ("p25", 57, 46),
+        ("p50", 6_786, 3_643),
+        ("p75", 22_967, 8_811),
+        ("p90", 41_872, 13_395),
+    ] {
+        assert_eq!(d["requests"][q], requests, "{q}");
+        assert_eq!(d["bytes"][q], objects, "{q}");
+        assert_eq!(d["seconds"][q].as_f64(), Some(requests as f64), "{q}");
+    }
+    let served: Vec<u64> = d["lru_bound"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["second_requests_served"].as_u64().unwrap())
+        .collect();
+    assert_eq!(served, [2_639, 3_300, 3_917]);
+    let windows: Vec<&str> = d["within_window"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["window"].as_str().unwrap())
+        .collect();
+    assert_eq!(windows, ["1m", "10m", "1h", "1d"]);
+    let texts = svg_texts(&std::fs::read_to_string(&svg).unwrap());
+    for mark in ["cache 204 obj (1 %)", "window 1h"] {
+        assert!(texts.iter().any(|t| t == mark), "{mark} in {texts:?}");
+    }
+    // The text report says the same, and a window that never ends is refused by name.
+    let out = run(&["trace-stats", trace, "--capacity", "1024"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("at 1,024 obj"), "{text}");
+    assert!(text.contains("3,300 (4.34 % of requests)"), "{text}");
+    let out = run(&["trace-stats", trace, "--window", "1h,inf"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("\"inf\""), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn bad_traces_give_one_line_naming_the_file_and_position() {
     let dir = std::env::temp_dir().join(format!("secondhit-bad-{}", std::process::id()));

@@ -113,6 +113,31 @@ pub(crate) struct TraceStatsArgs {
     /// Print one JSON object instead of the text report.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Cache sizes at which to bound what second-hit can lose (the second requests an admit-all
+    /// LRU of that size serves), comma-separated, in bytes or with a unit (64MiB, 2GB).
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes, conflicts_with = "capacity_fraction")]
+    pub(crate) capacity: Vec<u64>,
+    /// The same cache sizes as fractions of the working set, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0.01,0.05,0.1")]
+    pub(crate) capacity_fraction: Vec<f64>,
+    /// Admission windows, comma-separated: the share of second requests within each (trace
+    /// time: the line number for webcachesim traces, the index for cache2k).
+    #[arg(long, value_delimiter = ',', default_value = "1m,10m,1h,1d", value_parser = parse_finite_window)]
+    pub(crate) window: Vec<std::time::Duration>,
+    /// Draw the second-request distances in bytes (cumulative, log axis) with the cache sizes
+    /// marked into FILE.svg.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plot: Option<PathBuf>,
+}
+
+/// A window that ends ("inf" is refused: every second request is within it).
+fn parse_finite_window(s: &str) -> Result<std::time::Duration, String> {
+    match secondhit::units::parse_duration(s)? {
+        Some(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!(
+            "{s:?}: give a window longer than 0 that ends, e.g. 10m or 1h"
+        )),
+    }
 }
 
 #[derive(clap::Args, Debug)]

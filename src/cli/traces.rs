@@ -1,15 +1,44 @@
 //! The trace commands: `trace-stats`, `trace-convert` and `gen-trace`.
 
 use super::args::{GenTraceArgs, TraceConvertArgs, TraceStatsArgs};
+use super::progress;
 use anyhow::Context;
+use secondhit::sim::{Capacities, Progress as _};
 use secondhit::trace::{self, synth};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
 pub(crate) fn trace_stats(args: TraceStatsArgs) -> anyhow::Result<()> {
-    let reader = trace::open(&args.file, args.input.format()?.as_ref())?;
-    let stats = trace::stats::collect(reader)?;
+    let capacities = if args.capacity.is_empty() {
+        if let Some(f) = args
+            .capacity_fraction
+            .iter()
+            .find(|f| !(f.is_finite() && **f > 0.0))
+        {
+            anyhow::bail!(
+                "--capacity-fraction {f}: give a positive fraction of the working set, e.g. 0.05"
+            );
+        }
+        Capacities::Fractions(args.capacity_fraction.clone())
+    } else {
+        Capacities::Bytes(args.capacity.clone())
+    };
+    let format = args.input.format()?;
+    let source = trace::Source::file(&args.file, format);
+    let bar = progress::Bar::new();
+    bar.begin("reading trace", source.request_count_hint());
+    let (mut stats, distances) = trace::stats::collect_all(source.open()?, |n| bar.advance(n))?;
+    bar.end();
+    let windows: Vec<(String, std::time::Duration)> = args
+        .window
+        .iter()
+        .map(|&w| (secondhit::units::duration(Some(w)), w))
+        .collect();
+    stats.set_distances(&distances, &windows, &capacities);
+    if let Some(path) = &args.plot {
+        secondhit::sim::plot_distances(&stats, &distances, &trace_name(&args.file), path)?;
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut out, &stats)?;
@@ -19,6 +48,14 @@ pub(crate) fn trace_stats(args: TraceStatsArgs) -> anyhow::Result<()> {
         write!(out, "{}", stats.to_text())?;
     }
     Ok(())
+}
+
+/// A trace's name for a title: its file name, without the directories.
+pub(crate) fn trace_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// Creates `path`, compressing by its extension (.gz, .zst).

@@ -25,7 +25,7 @@ mod runner;
 mod tiers;
 
 pub use options::{Capacities, Options};
-pub use plot::{plot_svg, PlotError};
+pub use plot::{plot_distances, plot_svg, PlotError};
 pub use report::{Answer, Pick};
 pub use ring::{NodeCapacity, NodeResult, Nodes, Ring, POINTS_PER_NODE};
 pub use runner::{RunResult, RunSpec};
@@ -563,7 +563,8 @@ impl<'a> Passes<'a> {
             Capacities::Fractions(_) => {
                 let progress = self.progress;
                 progress.begin("reading trace", None);
-                let summary = stats::collect_with_progress(self.open()?, |n| progress.advance(n))?;
+                let summary =
+                    stats::collect_with_progress(self.open()?, |n| progress.advance(n), |_| {})?;
                 progress.end();
                 Ok(Some(summary))
             }

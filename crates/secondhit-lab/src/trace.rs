@@ -12,6 +12,7 @@
 mod cache2k;
 pub mod convert;
 mod csv;
+pub mod distance;
 pub(crate) mod oracle;
 pub mod stats;
 pub mod synth;

@@ -190,7 +190,7 @@ impl Report {
 
     /// A cache size as the tables show it: bytes, or objects for traces without sizes (which
     /// count every request as 1 byte).
-    fn size_label(&self, bytes: u64) -> String {
+    pub(super) fn size_label(&self, bytes: u64) -> String {
         if self.summary.requested_bytes == self.summary.requests {
             format!("{} obj", units::count(bytes))
         } else {
