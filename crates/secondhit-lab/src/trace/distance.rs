@@ -476,7 +476,7 @@ mod tests {
     /// store's) serving exactly the second requests whose byte distance fits, over renumbering.
     #[test]
     fn matches_brute_force_and_the_exact_lru_across_renumbering() {
-        use crate::store::{exact, Access, Eviction, SimStore as _};
+        use crate::store::{exact, Access, Eviction};
         use rand::rngs::Xoshiro256PlusPlus;
         use rand::{RngExt, SeedableRng};
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
