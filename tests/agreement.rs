@@ -69,6 +69,7 @@ async fn live_replay_equals_the_simulation() {
                     sample: None,
                     nodes: Default::default(),
                     disk: None,
+                    decompose: true,
                 },
                 &Quiet,
             )

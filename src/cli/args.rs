@@ -345,6 +345,10 @@ pub(crate) struct SimulateArgs {
     /// beyond are refused and counted (flash endurance as a setting).
     #[arg(long, value_parser = parse_bytes, value_name = "BYTES", requires = "disk_capacity")]
     pub(crate) disk_write_rate: Option<u64>,
+    /// Do not step admit-all beside each other policy (its runs then take half the time, and
+    /// the report has no hits lost and gained against admit-all).
+    #[arg(long)]
+    pub(crate) no_decompose: bool,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,

@@ -87,6 +87,9 @@ fn common_words(args: &SimulateArgs, exe: &Path) -> Vec<String> {
     if args.input.csv_header {
         common.push("--csv-header".into());
     }
+    if args.no_decompose {
+        common.push("--no-decompose".into());
+    }
     common
 }
 
@@ -240,6 +243,7 @@ pub(crate) fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             eviction: args.disk_eviction,
             write_rate: args.disk_write_rate,
         }),
+        decompose: !args.no_decompose,
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),

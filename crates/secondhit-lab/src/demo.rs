@@ -197,6 +197,7 @@ async fn predict(
         sample: None,
         nodes: sim::Nodes::default(),
         disk: None,
+        decompose: false,
     };
     let predicted = tokio::task::spawn_blocking({
         let source = source.clone();

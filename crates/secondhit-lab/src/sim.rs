@@ -271,7 +271,7 @@ pub fn run(
     let disk = sampled_disk(options)?;
     let runners = specs(&capacities, options, disk.as_ref())
         .iter()
-        .map(|s| Runner::new(*s, &settings, &options.nodes))
+        .map(|s| Runner::new(*s, &settings, &options.nodes, options.decompose))
         .collect::<Result<Vec<_>, _>>()?;
     let future = passes.next_accesses()?;
 

@@ -189,4 +189,15 @@ impl Lane {
     pub fn used_bytes(&self) -> u64 {
         self.store.used_bytes()
     }
+
+    /// Keeps every object the store evicts from now on, for [`Lane::take_evicted`]; whether
+    /// the store can ([`SimStore::keep_evicted`]).
+    pub fn keep_evicted(&mut self) -> bool {
+        self.store.keep_evicted()
+    }
+
+    /// Moves the objects evicted since the last call into `out`, as (key, size).
+    pub fn take_evicted(&mut self, out: &mut Vec<(u128, u64)>) {
+        self.store.take_evicted(out);
+    }
 }

@@ -48,6 +48,10 @@ pub struct Options {
     /// A flash tier below memory ([`TwoTier`](super::TwoTier)): each run is then every memory run
     /// above every flash size and policy. Default: memory only.
     pub disk: Option<DiskOptions>,
+    /// Step admit-all in lockstep beside every memory-only run whose policy is not admit-all,
+    /// and count the hits each lost and gained against it
+    /// ([`RunResult::hits_lost`](super::RunResult::hits_lost)). Default: on.
+    pub decompose: bool,
 }
 
 impl Default for Options {
@@ -67,6 +71,7 @@ impl Default for Options {
             sample: None,
             nodes: Nodes::default(),
             disk: None,
+            decompose: true,
         }
     }
 }

@@ -138,6 +138,7 @@ impl Report {
             let _ = writeln!(out, "\nmemory only:");
         }
         self.memory_table(&mut out);
+        self.decomposition(&mut out);
         self.best_pairs(&mut out);
         let _ = writeln!(
             out,
@@ -250,6 +251,51 @@ impl Report {
         }
     }
 
+    /// Each run's hits against admit-all stepped beside it: lost (of those, deferred) and
+    /// gained; nothing when no run has them.
+    fn decomposition(&self, out: &mut String) {
+        let rows: Vec<&RunResult> = self
+            .results
+            .iter()
+            .filter(|r| r.hits_lost.is_some())
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nhits against admit-all (stepped beside each run at the same size and eviction):"
+        );
+        let _ = writeln!(
+            out,
+            "{:<18} {:<11} {:<18} {:>10} {:>10} {:>10} {:>10}",
+            "capacity", "eviction", "policy", "lost", "deferred", "gained", "net"
+        );
+        for r in rows {
+            let (lost, deferred, gained) = (
+                r.hits_lost.unwrap_or(0),
+                r.hits_lost_deferred.unwrap_or(0),
+                r.hits_gained.unwrap_or(0),
+            );
+            let net = gained as i128 - lost as i128;
+            let _ = writeln!(
+                out,
+                "{:<18} {:<11} {:<18} {:>10} {:>10} {:>10} {:>10}",
+                self.size_label(r.capacity_bytes),
+                r.eviction,
+                r.policy,
+                units::count(lost),
+                units::count(deferred),
+                units::count(gained),
+                format!("{}{}", if net < 0 { "-" } else { "+" }, units::count(net.unsigned_abs() as u64))
+            );
+        }
+        let _ = writeln!(
+            out,
+            "lost: requests admit-all served that the run missed; deferred: of those, objects its policy had\ndeferred at their last miss (the rest it stored and evicted); gained: requests the run served that\nadmit-all missed, in the room the deferred objects left; net = gained - lost = hits - admit-all's."
+        );
+    }
+
     /// A row's hit ratio and byte hit ratio against its baseline's in percentage points, and its
     /// writes against the baseline's in percent; empty for the baseline itself, or without one.
     fn against_baseline(&self, r: &RunResult) -> (String, String, String) {
@@ -347,13 +393,13 @@ impl Report {
     /// One CSV line per run, with a header.
     pub fn to_csv(&self) -> String {
         let mut out = String::from(
-            "trace,policy,eviction,store,capacity_bytes,capacity_fraction,requests,hits,hit_bytes,hit_ratio,byte_hit_ratio,admissions,admitted_bytes,origin_bytes,store_rejections,rotations,approx_extra_admissions,approx_missed_admissions,requests_per_sec,disk_policy,disk_eviction,disk_capacity_bytes,disk_hits,disk_writes,disk_write_bytes,disk_refusals\n",
+            "trace,policy,eviction,store,capacity_bytes,capacity_fraction,requests,hits,hit_bytes,hit_ratio,byte_hit_ratio,admissions,admitted_bytes,origin_bytes,store_rejections,rotations,approx_extra_admissions,approx_missed_admissions,requests_per_sec,disk_policy,disk_eviction,disk_capacity_bytes,disk_hits,disk_writes,disk_write_bytes,disk_refusals,hits_lost,hits_lost_deferred,hits_gained\n",
         );
         let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
         for r in &self.results {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0},{},{},{},{}",
                 csv_field(&self.trace),
                 r.policy,
                 r.eviction,
@@ -387,7 +433,10 @@ impl Report {
                         d.disk_refusals
                     ),
                     None => ",,,,,,".to_string(),
-                }
+                },
+                opt(r.hits_lost),
+                opt(r.hits_lost_deferred),
+                opt(r.hits_gained),
             );
         }
         out

@@ -6,7 +6,9 @@ use crate::admission::{Policy, Settings, Stats};
 use crate::store::{Access, Eviction, StoreKind};
 use crate::trace::convert::NEVER;
 use crate::trace::Request;
-use secondhit_store::{Counts, Lane};
+use crate::hash::BuildFold;
+use secondhit_store::{Counts, Lane, Step};
+use std::collections::HashSet;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -77,6 +79,18 @@ pub struct RunResult {
     pub approx_missed_admissions: Option<u64>,
     /// Requests per second of this run's own work (one thread; trace reading excluded).
     pub requests_per_sec: f64,
+    /// Requests admit-all served from the cache (at the same size and eviction, in lockstep)
+    /// that this run missed; for every memory-only run whose policy is not admit-all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits_lost: Option<u64>,
+    /// Of [`hits_lost`](RunResult::hits_lost), those whose object this policy had deferred at
+    /// its last miss (the rest it had stored and evicted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits_lost_deferred: Option<u64>,
+    /// Requests this run served from the cache that admit-all missed (the room the deferred
+    /// objects left). `hits - hits_gained + hits_lost` is admit-all's hits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits_gained: Option<u64>,
     /// With [`Options::nodes`](super::Options::nodes) above one: each node's figures, node 0 first (the fields above
     /// are the cluster's totals; `capacity_bytes` is the run's, which each node has a share of
     /// with `split` and the whole of with `each`).
@@ -97,16 +111,20 @@ pub(super) struct Runner {
     ring: Option<Ring>,
     /// Memory above flash, instead of the lanes.
     tiers: Option<TwoTier>,
+    /// Admit-all at the same size and eviction, stepped in lockstep with the lanes.
+    baseline: Option<Baseline>,
     busy: Duration,
     /// The trace time of the last request (the filter's "now" when its state is kept).
     last_time: Duration,
 }
 
 impl Runner {
+    /// `decompose`: step admit-all beside a policy that is not ([`RunResult::hits_lost`]).
     pub(super) fn new(
         spec: RunSpec,
         settings: &Settings,
         nodes: &Nodes,
+        decompose: bool,
     ) -> Result<Runner, SimError> {
         if let Some(disk) = spec.disk {
             return Ok(Runner {
@@ -121,6 +139,7 @@ impl Runner {
                     disk,
                     settings,
                 )?),
+                baseline: None,
                 busy: Duration::ZERO,
                 last_time: Duration::ZERO,
             });
@@ -139,11 +158,17 @@ impl Runner {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let baseline = if decompose && spec.policy != Policy::AdmitAll {
+            Some(Baseline::new(spec, capacity, n, settings)?)
+        } else {
+            None
+        };
         Ok(Runner {
             spec,
             lanes,
             ring: (n > 1).then(|| Ring::new(n)),
             tiers: None,
+            baseline,
             busy: Duration::ZERO,
             last_time: Duration::ZERO,
         })
@@ -175,11 +200,11 @@ impl Runner {
             t.step(&access, r.time);
             return;
         }
-        let lane = match &self.ring {
-            Some(ring) => &mut self.lanes[ring.node_of(r.key)],
-            None => &mut self.lanes[0],
-        };
-        lane.step(&access, r.time);
+        let node = self.ring.as_ref().map_or(0, |ring| ring.node_of(r.key));
+        let step = self.lanes[node].step(&access, r.time);
+        if let Some(b) = self.baseline.as_mut() {
+            b.step(node, &access, r.time, step);
+        }
     }
 
     /// The first lane's admission state as `serve --state-dir` loads it, its clock at the last
@@ -235,9 +260,93 @@ impl Runner {
             keys_per_window: rotations.keys_per_window,
             approx_extra_admissions: approx.then_some(c.extra),
             approx_missed_admissions: approx.then_some(c.missed),
+            hits_lost: self.baseline.as_ref().map(|b| b.lost),
+            hits_lost_deferred: self.baseline.as_ref().map(|b| b.lost_deferred),
+            hits_gained: self.baseline.as_ref().map(|b| b.gained),
             requests_per_sec: c.requests as f64 / self.busy.as_secs_f64().max(1e-9),
             per_node,
             disk,
+        }
+    }
+}
+
+/// Admit-all beside a run: the same store, eviction and size on every node, stepped with the
+/// same requests, and the requests where the two differ.
+struct Baseline {
+    /// One admit-all lane per node of the run.
+    lanes: Vec<Lane>,
+    /// Keys whose last miss in the run was deferred by its policy. With stores that report
+    /// their evictions, a key leaves when admit-all evicts it (admit-all cannot hit it again
+    /// before a request of it, which sets the mark afresh), so the set stays as small as the
+    /// cache; with the others it holds every deferred key.
+    deferred: HashSet<u128, BuildFold>,
+    /// Whether the lanes report their evictions.
+    bounded: bool,
+    evicted: Vec<(u128, u64)>,
+    lost: u64,
+    lost_deferred: u64,
+    gained: u64,
+}
+
+impl Baseline {
+    fn new(
+        spec: RunSpec,
+        capacity: u64,
+        nodes: usize,
+        settings: &Settings,
+    ) -> Result<Baseline, SimError> {
+        let mut lanes = (0..nodes)
+            .map(|_| {
+                Lane::new(
+                    Policy::AdmitAll,
+                    spec.eviction,
+                    spec.store,
+                    capacity,
+                    settings,
+                    false,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // Every lane is the same kind of store: all report evictions, or none.
+        let bounded = lanes.iter_mut().all(Lane::keep_evicted);
+        Ok(Baseline {
+            lanes,
+            deferred: HashSet::default(),
+            bounded,
+            evicted: Vec::new(),
+            lost: 0,
+            lost_deferred: 0,
+            gained: 0,
+        })
+    }
+
+    /// The request the run just took on `node`, with what the run did (`step`).
+    #[inline]
+    fn step(&mut self, node: usize, access: &Access, time: Duration, step: Step) {
+        let base = self.lanes[node].step(access, time) == Step::Hit;
+        let key = access.key.raw();
+        match (step == Step::Hit, base) {
+            (true, false) => self.gained += 1,
+            (false, true) => {
+                self.lost += 1;
+                self.lost_deferred += u64::from(self.deferred.contains(&key));
+            }
+            _ => {}
+        }
+        match step {
+            Step::Deferred => {
+                self.deferred.insert(key);
+            }
+            Step::Written | Step::Refused => {
+                self.deferred.remove(&key);
+            }
+            Step::Hit => {}
+        }
+        if self.bounded {
+            self.lanes[node].take_evicted(&mut self.evicted);
+            for (k, _) in self.evicted.drain(..) {
+                self.deferred.remove(&k);
+            }
         }
     }
 }
@@ -300,4 +409,65 @@ fn tier_figures(t: &TwoTier, spec: DiskSpec) -> (Counts, DiskResult) {
         disk_write_bytes_per_served_byte: ratio(tc.disk_write_bytes, tc.requested_bytes),
     };
     (totals, disk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::KeyHash;
+
+    /// Second-hit (exact, no window) in a cache of `capacity` objects, beside admit-all.
+    fn decompose(keys: &[u64], eviction: Eviction, capacity: u64) -> RunResult {
+        let spec = RunSpec {
+            policy: Policy::SecondHitExact,
+            eviction,
+            store: StoreKind::Exact,
+            capacity,
+            fraction: None,
+            disk: None,
+        };
+        let settings = Settings {
+            window: None,
+            ..Settings::default()
+        };
+        let mut run = Runner::new(spec, &settings, &Nodes::default(), true).unwrap();
+        let trace: Vec<Request> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| Request {
+                time: Duration::from_secs(i as u64),
+                key: KeyHash::of_u64(k),
+                size: 1,
+                id: k,
+            })
+            .collect();
+        run.step_chunk(&trace, 0, None);
+        run.finish()
+    }
+
+    #[test]
+    fn hits_lost_to_a_deferral_and_gained_in_the_room_it_left() {
+        // Admit-all: 1 miss, 1 hit, 2 miss, 3 miss (evicts 1), 1 miss. Second-hit: 1 deferred,
+        // 1 stored (admit-all hit: lost, deferred), 2 and 3 deferred, 1 hit (gained).
+        let r = decompose(&[1, 1, 2, 3, 1], Eviction::Lru, 2);
+        assert_eq!(
+            (r.hits_lost, r.hits_lost_deferred, r.hits_gained),
+            (Some(1), Some(1), Some(1))
+        );
+        assert_eq!(r.hits, 1);
+    }
+
+    #[test]
+    fn a_loss_to_eviction_is_not_a_deferral() {
+        // FIFO of three. Admit-all takes 1, 2, 3 and hits each once more; second-hit stores
+        // them only then (three losses to deferral). 4 twice: admit-all evicts 1 and hits 4;
+        // second-hit stores 4 at its second request, evicting 3 (a fourth loss to deferral).
+        // 3 once more: admit-all still has it, second-hit stored it and evicted it.
+        let r = decompose(&[1, 2, 3, 3, 1, 2, 4, 4, 3], Eviction::Fifo, 3);
+        assert_eq!(
+            (r.hits_lost, r.hits_lost_deferred, r.hits_gained),
+            (Some(5), Some(4), Some(0))
+        );
+        assert_eq!(r.hits, 0);
+    }
 }
