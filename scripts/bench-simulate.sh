@@ -28,7 +28,7 @@ if [ -n "${SCALE:-}" ]; then
     # The issue's trace: 10 % as many objects as requests, Zipf 0.9, half of the requests one-time.
     [ -f "$trace" ] || $bin gen-trace --out "$trace" --requests "$n" --objects $((n / 10)) \
       --alpha 0.9 --one-time-share 0.5 --seed 7 >/dev/null
-    stats=$($bin trace-stats "$trace" --json)
+    stats=$($bin trace-stats "$trace" --no-distance --json)
     cap=$(echo "$stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["working_set_bytes"] // 100)')
     objects=$(echo "$stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["objects"])')
     measure() {  # prints: wall seconds, peak RSS in MB, then the tool's stdout
@@ -55,7 +55,7 @@ if [ -n "${POLICIES:-}" ]; then
   [ -f "$raw" ] || $bin gen-trace --out "$raw" --requests "$n" --objects $((n / 10)) \
     --alpha 0.9 --one-time-share 0.5 --seed 7 >/dev/null
   [ -f "$trace" ] || $bin trace-convert "$raw" --out "$trace" 2>/dev/null
-  ws=$($bin trace-stats "$trace" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["working_set_bytes"])')
+  ws=$($bin trace-stats "$trace" --no-distance --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["working_set_bytes"])')
   cap=$((ws / 100))
   printf '| policy | secondhit s | libCacheSim s | speed-up | secondhit hits | libCacheSim hits |\n|---|---:|---:|---:|---:|---:|\n'
   for p in ${POLICY_LIST:-lru fifo clock sieve s3fifo arc wtinylfu lfu belady belady-size}; do
@@ -95,7 +95,7 @@ for line in sys.stdin:
 
 printf '| trace | requests | capacity | tool | store | hit ratio | wall s | M req/s (whole process) |\n|---|---:|---:|---|---|---:|---:|---:|\n'
 for trace in "$web" "$cloud" "$synth"; do
-  ws=$($bin trace-stats "$trace" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["working_set_bytes"], d["requests"])')
+  ws=$($bin trace-stats "$trace" --no-distance --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["working_set_bytes"], d["requests"])')
   read -r wsb reqs <<<"$ws"
   cap=$((wsb / 100))
   name=$(basename "$trace")

@@ -126,8 +126,12 @@ pub(crate) struct TraceStatsArgs {
     pub(crate) window: Vec<std::time::Duration>,
     /// Draw the second-request distances in bytes (cumulative, log axis) with the cache sizes
     /// marked into FILE.svg.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "no_distance")]
     pub(crate) plot: Option<PathBuf>,
+    /// Only the summary: leave out the second-request distances (which hold about 80 bytes per
+    /// object more in memory, and take longer).
+    #[arg(long)]
+    pub(crate) no_distance: bool,
 }
 
 /// A window that ends ("inf" is refused: every second request is within it).

@@ -28,6 +28,12 @@ pub(crate) fn trace_stats(args: TraceStatsArgs) -> anyhow::Result<()> {
     let source = trace::Source::file(&args.file, format);
     let bar = progress::Bar::new();
     bar.begin("reading trace", source.request_count_hint());
+    if args.no_distance {
+        let stats =
+            trace::stats::collect_with_progress(source.open()?, |n| bar.advance(n), |_| {})?;
+        bar.end();
+        return print_stats(&args, &stats);
+    }
     let (mut stats, distances) = trace::stats::collect_all(source.open()?, |n| bar.advance(n))?;
     bar.end();
     let windows: Vec<(String, std::time::Duration)> = args
@@ -39,9 +45,14 @@ pub(crate) fn trace_stats(args: TraceStatsArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.plot {
         secondhit::sim::plot_distances(&stats, &distances, &trace_name(&args.file), path)?;
     }
+    print_stats(&args, &stats)
+}
+
+/// Prints `trace-stats`' report, as text or JSON.
+fn print_stats(args: &TraceStatsArgs, stats: &trace::stats::TraceStats) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer(&mut out, &stats)?;
+        serde_json::to_writer(&mut out, stats)?;
         writeln!(out)?;
     } else {
         writeln!(out, "{}", args.file.display())?;

@@ -109,6 +109,13 @@ const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "pays",
+        title: "When second-hit pays: second-request distances and every result decomposed",
+        peer: "admit-all at the same size and eviction, stepped beside it over the same requests",
+        script: "scripts/bench-pays.sh",
+        knobs: &["SYNTH_REQUESTS"],
+    },
+    Suite {
         name: "c1000",
         title: "HIT rate at 1,000 connections against servers that do next to nothing",
         peer: "nginx serving the file, and the floors of examples/hit_floor.rs",
