@@ -142,7 +142,10 @@ fn hits_lost_and_gained_sum_to_the_difference_from_admit_all() {
     let mut losses_to_eviction = 0u64;
     for path in traces() {
         for (store, evictions) in [
-            (StoreKind::Exact, vec![Eviction::Lru, Eviction::Fifo, Eviction::S3Fifo]),
+            (
+                StoreKind::Exact,
+                vec![Eviction::Lru, Eviction::Fifo, Eviction::S3Fifo],
+            ),
             (StoreKind::Moka, vec![Eviction::Lru, Eviction::TinyLfu]),
         ] {
             let options = Options {

@@ -287,7 +287,11 @@ impl Report {
                 units::count(lost),
                 units::count(deferred),
                 units::count(gained),
-                format!("{}{}", if net < 0 { "-" } else { "+" }, units::count(net.unsigned_abs() as u64))
+                format!(
+                    "{}{}",
+                    if net < 0 { "-" } else { "+" },
+                    units::count(net.unsigned_abs() as u64)
+                )
             );
         }
         let _ = writeln!(

@@ -3,13 +3,13 @@
 
 use super::{DiskResult, DiskSpec, NodeResult, Nodes, Ring, SimError, TwoTier};
 use crate::admission::{Policy, Settings, Stats};
+use crate::hash::BuildFold;
 use crate::store::{Access, Eviction, StoreKind};
 use crate::trace::convert::NEVER;
 use crate::trace::Request;
-use crate::hash::BuildFold;
 use secondhit_store::{Counts, Lane, Step};
-use std::collections::HashSet;
 use serde::Serialize;
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 /// One run's identity.
