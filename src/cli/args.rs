@@ -128,7 +128,7 @@ pub(crate) struct TraceStatsArgs {
     /// marked into FILE.svg.
     #[arg(long, value_name = "FILE", conflicts_with = "no_distance")]
     pub(crate) plot: Option<PathBuf>,
-    /// Only the summary: leave out the second-request distances (which hold about 80 bytes per
+    /// Only the summary: leave out the second-request distances (which hold about 100 bytes per
     /// object more in memory, and take longer).
     #[arg(long)]
     pub(crate) no_distance: bool,

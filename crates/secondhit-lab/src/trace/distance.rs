@@ -9,7 +9,7 @@
 //! one pass by Bennett and Kruskal's method: a Fenwick tree over request positions holds each
 //! object's size at the position of its latest request, and the distance is a prefix sum.
 //! Positions are renumbered whenever the tree fills, so memory stays proportional to the
-//! objects (about 80 bytes each), not to the requests.
+//! objects (about 100 bytes each), not to the requests.
 
 use super::Request;
 use crate::hash::BuildFold;
@@ -239,15 +239,20 @@ impl Distances {
     }
 }
 
-/// One object's place in the pass.
+/// One object's place in the pass (24 bytes).
 struct Object {
     /// Its latest request's position in the tree (1-based).
     slot: usize,
     /// Its first request's number, or `u64::MAX` once its second request is counted.
     first: u64,
-    /// Its first request's time.
-    first_time: Duration,
+    /// Its first request's time, in nanoseconds of trace time.
+    first_ns: u64,
 }
+
+/// Shards of the objects' map: as in [`super::stats`], one map of millions of objects doubling
+/// at once holds both tables and faults in every page of the new one; in shards only one small
+/// map doubles at a time.
+const SHARDS: usize = 256;
 
 /// The fewest positions the tree holds.
 const MIN_SLOTS: usize = 1 << 12;
@@ -255,7 +260,8 @@ const MIN_SLOTS: usize = 1 << 12;
 /// Measures second-request distances request by request ([`Collector::add`]), in memory
 /// proportional to the distinct objects.
 pub struct Collector {
-    objects: HashMap<u128, Object, BuildFold>,
+    /// Per object, sharded by the key hash's top byte.
+    objects: Vec<HashMap<u128, Object, BuildFold>>,
     /// Fenwick tree (1-based) over positions: each object's size sits at its latest request.
     tree: Vec<u64>,
     /// The next free position.
@@ -267,7 +273,7 @@ pub struct Collector {
 impl Default for Collector {
     fn default() -> Self {
         Collector {
-            objects: HashMap::default(),
+            objects: (0..SHARDS).map(|_| HashMap::default()).collect(),
             tree: vec![0; MIN_SLOTS + 1],
             next: 1,
             requests: 0,
@@ -286,12 +292,14 @@ impl Collector {
         }
         let slot = self.next;
         self.next += 1;
-        match self.objects.entry(r.key.raw()) {
+        let key = r.key.raw();
+        let now = u64::try_from(r.time.as_nanos()).unwrap_or(u64::MAX);
+        match self.objects[(key >> 120) as usize].entry(key) {
             Entry::Vacant(v) => {
                 v.insert(Object {
                     slot,
                     first: index,
-                    first_time: r.time,
+                    first_ns: now,
                 });
             }
             Entry::Occupied(mut o) => {
@@ -302,7 +310,9 @@ impl Collector {
                     let bytes = prefix(&self.tree, slot - 1) - prefix(&self.tree, old - 1);
                     self.found.requests.push(index - o.first);
                     self.found.bytes.push(bytes);
-                    self.found.times.push(r.time.saturating_sub(o.first_time));
+                    self.found
+                        .times
+                        .push(Duration::from_nanos(now.saturating_sub(o.first_ns)));
                     o.first = u64::MAX;
                 }
                 let size = point(&self.tree, old);
@@ -318,7 +328,7 @@ impl Collector {
     fn renumber(&mut self) {
         let len = self.tree.len() - 1;
         let mut live = vec![0u64; len.div_ceil(64) + 1];
-        for o in self.objects.values() {
+        for o in self.objects.iter().flat_map(HashMap::values) {
             let i = o.slot - 1;
             live[i / 64] |= 1 << (i % 64);
         }
@@ -329,9 +339,10 @@ impl Collector {
             before.push(sum);
             sum += w.count_ones() as usize;
         }
-        let slots = (2 * self.objects.len()).max(MIN_SLOTS);
+        let objects: usize = self.objects.iter().map(HashMap::len).sum();
+        let slots = (2 * objects).max(MIN_SLOTS);
         let mut values = vec![0u64; slots + 1];
-        for o in self.objects.values_mut() {
+        for o in self.objects.iter_mut().flat_map(HashMap::values_mut) {
             let i = o.slot - 1;
             let rank =
                 before[i / 64] + (live[i / 64] & ((1u64 << (i % 64)) - 1)).count_ones() as usize;

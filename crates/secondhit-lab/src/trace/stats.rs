@@ -183,7 +183,7 @@ pub fn collect_with_progress(
 }
 
 /// [`collect_with_progress`] and the second-request distances in the same pass (the distances
-/// cost about 80 bytes per object more).
+/// cost about 100 bytes per object more).
 pub fn collect_all(
     requests: impl Iterator<Item = Result<Request, TraceError>>,
     mut progress: impl FnMut(u64),
