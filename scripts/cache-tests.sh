@@ -6,6 +6,9 @@
 # Fastly (from the suite's own runs, not this machine's).
 #
 # usage: scripts/cache-tests.sh [EXTRA SERVE FLAGS...]
+#   CACHE_TESTS_DIR=DIR runs a checkout of the suite's repository instead of the npm package
+#   (the repository moves ahead of the package: CDN-Cache-Control, interim responses, and the
+#   newer Age expectations are only there); it is copied, never changed.
 #   The suite tags every request with its own fields (Req-Num, Test-ID) and varies on invented
 #   ones (Foo, Bar), which serve's default allow-list of forwarded request fields drops by
 #   design; the run therefore uses --forwarded-request-headers '*'. Needs node and npm.
@@ -14,14 +17,25 @@ cd "$(dirname "$0")/.."
 version=0.4.5
 work=target/cache-tests
 mkdir -p "$work"
+engine=
+if [ -n "${CACHE_TESTS_DIR:-}" ]; then
+  # A checkout: the engine sits in test-engine/ (the package has it at the top).
+  rm -rf "$work/package"
+  mkdir -p "$work/package"
+  cp -r "$CACHE_TESTS_DIR/tests" "$CACHE_TESTS_DIR/results" "$CACHE_TESTS_DIR/test-engine" \
+    "$CACHE_TESTS_DIR/package.json" "$work/package/"
+  engine=test-engine/
+fi
 if [ ! -d "$work/package" ]; then
   (cd "$work" && npm pack --silent "http-cache-tests@$version" >/dev/null && tar xzf "http-cache-tests-$version.tgz")
-  (cd "$work/package" && npm install --silent --omit=dev --no-audit --no-fund >/dev/null)
+fi
+if [ ! -f "$work/package/.installed" ]; then
+  (cd "$work/package" && npm install --silent --omit=dev --no-audit --no-fund >/dev/null && touch .installed)
 fi
 cargo build --release --quiet
 origin_port=18600 proxy_port=18601 admin_port=18602
 (cd "$work/package" && npm_config_protocol=http npm_config_port=$origin_port \
-  npm_config_pidfile="$PWD/../server.pid" node server/server.mjs >"../server.log" 2>&1) &
+  npm_config_pidfile="$PWD/../server.pid" node ${engine}server/server.mjs >"../server.log" 2>&1) &
 origin=$!
 target/release/secondhit serve --origin "http://127.0.0.1:$origin_port" \
   --listen "127.0.0.1:$proxy_port" --admin-listen "127.0.0.1:$admin_port" \
@@ -33,13 +47,16 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 (cd "$work/package" && npm_config_base="http://127.0.0.1:$proxy_port" npm_config_id= npm_package_config_id= timeout 900 \
-  node --no-warnings cli.mjs >"../secondhit.json" 2>"../cli.log") || true
+  node --no-warnings ${engine}cli.mjs >"../secondhit.json" 2>"../cli.log") || true
 # The suite's own results for other caches sit in its results/ directory.
 cat >"$work/summary.mjs" <<'JS'
 import fs from 'fs'
 const dir = process.argv[2]
 const index = (await import(`${dir}/package/tests/index.mjs`)).default
-index.push((await import(`${dir}/package/tests/surrogate-control.mjs`)).default)
+// The package lists Surrogate-Control's tests apart; a checkout may not have them.
+if (fs.existsSync(`${dir}/package/tests/surrogate-control.mjs`)) {
+  index.push((await import(`${dir}/package/tests/surrogate-control.mjs`)).default)
+}
 const tests = index.flatMap(s => s.tests)
 function summary (results) {
   const c = { req_pass: 0, req_fail: 0, opt_pass: 0, not_run: 0 }
@@ -57,8 +74,9 @@ function summary (results) {
   return [c, failed]
 }
 const rows = [['secondhit serve (this run)', `${dir}/secondhit.json`]]
-for (const name of ['nginx', 'varnish', 'squid', 'trafficserver', 'apache', 'fastly']) {
-  rows.push([`${name} (the suite's published run)`, `${dir}/package/results/${name}.json`])
+for (const name of ['nginx', 'varnish', 'squid', 'trafficserver', 'apache', 'fastly', 'caddy', 'haproxy']) {
+  const file = `${dir}/package/results/${name}.json`
+  if (fs.existsSync(file)) rows.push([`${name} (the suite's published run)`, file])
 }
 console.log('| cache | required: pass | required: fail | optimal: pass |')
 console.log('|---|---:|---:|---:|')

@@ -462,3 +462,45 @@ async fn a_body_delimited_by_the_close_is_forwarded_but_never_stored() {
     }
     p.shutdown().await;
 }
+
+/// Interim responses (RFC 9110 §15.2) before the final one are never stored, and their fields
+/// never reach the stored response: a 103 Early Hints with its own fields, a 102, and a 100,
+/// ahead of a cacheable 200 (the suite's `interim-not-cached` and `interim-no-header-reuse`).
+/// (hyper's server cannot send
+/// a 1xx to the client, so the hints are dropped, as RFC 8297 §2 lets an intermediary do.)
+#[tokio::test]
+async fn interim_responses_are_never_stored_nor_their_fields_reused() {
+    let o = ScriptedOrigin::start(|s| {
+        let interim = match s.path.as_str() {
+            "/hints" => "HTTP/1.1 103 Early Hints\r\nlink: </s.css>; rel=preload\r\nx-hint: yes\r\n\r\n",
+            "/processing" => "HTTP/1.1 102 Processing\r\n\r\n",
+            "/all" => "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nx-hint: yes\r\ncache-control: max-age=1\r\n\r\n",
+            _ => "",
+        };
+        Reply::now(interim).then(MS(10), answer(s))
+    })
+    .await;
+    let (p, _) = start(&o.url, CONFIG).await;
+    let http = Http::new(p.addr);
+    for path in ["/hints", "/processing", "/all"] {
+        let first = get(&http, "a.test", path).await;
+        assert_eq!(first.status, StatusCode::OK, "{path}");
+        assert_eq!(String::from_utf8_lossy(first.bytes()), own("a.test", path));
+        let again = get(&http, "a.test", path).await;
+        assert_eq!(again.status, StatusCode::OK, "{path}");
+        assert_eq!(
+            again.x_cache(),
+            "HIT",
+            "{path}: the final response is stored"
+        );
+        assert_eq!(String::from_utf8_lossy(again.bytes()), own("a.test", path));
+        for got in [&first, &again] {
+            assert_eq!(got.header("x-hint"), None, "{path}");
+            assert_eq!(got.header("link"), None, "{path}");
+        }
+        // The final response's own max-age, not the hint's.
+        assert_eq!(again.header("cache-control"), Some("max-age=600"), "{path}");
+        assert_eq!(o.count(path), 1, "{path}");
+    }
+    p.shutdown().await;
+}

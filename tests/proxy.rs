@@ -189,6 +189,77 @@ async fn vary_stores_one_variant_per_header_value() {
     p.shutdown().await;
 }
 
+/// `Accept-Encoding` strings as browsers, HTTP libraries and tools send them (Chrome, Edge and
+/// Firefox today; Safari and older Chrome; IE 11 and Python requests; curl --compressed, new and
+/// old; Go and OkHttp; Node's fetch; wget; a weighted list; the same wishes respelt), and no
+/// field at all.
+const ACCEPT_ENCODINGS: [Option<&str>; 14] = [
+    Some("gzip, deflate, br, zstd"),
+    Some("gzip, deflate, br"),
+    Some("gzip, deflate"),
+    Some("deflate, gzip, br, zstd"),
+    Some("deflate, gzip"),
+    Some("gzip"),
+    Some("br, gzip, deflate"),
+    Some("identity"),
+    Some("br;q=1.0, gzip;q=0.8, *;q=0.1"),
+    Some("gzip,deflate,br"),
+    Some("GZIP, Deflate"),
+    Some("gzip;q=1.0, identity; q=0.5, *;q=0"),
+    Some("zstd, gzip;q=0.5"),
+    None,
+];
+
+/// Fetches `/vary-ae/page` (Vary: Accept-Encoding) once per string, twice over; returns the
+/// origin's fetches and the codings it received.
+async fn variants_for(accept_encoding: &str) -> (u64, Vec<String>) {
+    let o = origin::start().await;
+    let config = format!(
+        "[admission]\npolicy = \"admit-all\"\n[cache]\naccept_encoding = {accept_encoding}"
+    );
+    let (p, _) = start(&o.url(), &config).await;
+    let c = Http::new(p.addr);
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        for ae in ACCEPT_ENCODINGS {
+            let h: Vec<(&str, &str)> = ae.map(|v| ("accept-encoding", v)).into_iter().collect();
+            let g = c.send(Method::GET, "/vary-ae/page", &h).await;
+            let body = String::from_utf8(g.bytes().to_vec()).unwrap();
+            if round == 1 {
+                assert_eq!(g.x_cache(), "HIT", "{ae:?}");
+            } else if !seen.contains(&body) {
+                seen.push(body);
+            }
+        }
+    }
+    let fetched = o.count("/vary-ae/page");
+    p.shutdown().await;
+    (fetched, seen)
+}
+
+#[tokio::test]
+async fn accept_encoding_is_normalised_to_one_variant_per_coding() {
+    // As sent: every spelling a variant of its own (whitespace and letter case already folded:
+    // "gzip,deflate,br" is "gzip, deflate, br").
+    let (before, _) = variants_for("[]").await;
+    assert_eq!(before, 12);
+    // Normalised: br, gzip or identity (no string here prefers zstd to br; "zstd, gzip;q=0.5"
+    // gets zstd).
+    let (after, seen) = variants_for("[\"br\", \"zstd\", \"gzip\"]").await;
+    assert_eq!(after, 4, "{seen:?}");
+    let mut seen = seen;
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "accept-encoding=br",
+            "accept-encoding=gzip",
+            "accept-encoding=identity",
+            "accept-encoding=zstd"
+        ]
+    );
+}
+
 #[tokio::test]
 async fn expiry_follows_the_clock() {
     let o = origin::start().await;

@@ -229,6 +229,16 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
                 .header("vary", "Accept-Language")
                 .body(full(format!("language={lang}")))
         }
+        // Varies on Accept-Encoding and says what it received (`-`: no field).
+        "vary-ae" => {
+            let ae = req
+                .headers()
+                .get("accept-encoding")
+                .map_or("-".to_string(), |v| v.as_bytes().escape_ascii().to_string());
+            cc(b, "max-age=60")
+                .header("vary", "Accept-Encoding")
+                .body(full(format!("accept-encoding={ae}")))
+        }
         // Varies on X-V and says what X-V it saw (its raw bytes, escaped). (A test that needs
         // the answer late holds it with a gate: `TestOrigin::hold`.)
         "vary-xv" => {

@@ -336,6 +336,32 @@ mod tests {
     }
 
     #[test]
+    fn accept_encoding_lists_each_coding_once_in_lower_case() {
+        let with = |list: &str| {
+            Config::from_toml(&format!(
+                "origin = \"http://x:1\"\n[cache]\naccept_encoding = {list}"
+            ))
+            .unwrap()
+            .validate()
+        };
+        assert_eq!(
+            with("[\"zstd\", \"gzip\"]").unwrap().cache.accept_encoding,
+            ["zstd", "gzip"]
+        );
+        assert!(with("[]").unwrap().cache.accept_encoding.is_empty());
+        for bad in [
+            "\"GZIP\"",
+            "\"identity\"",
+            "\"gzip\", \"gzip\"",
+            "\"\"",
+            "\"g zip\"",
+        ] {
+            let e = with(&format!("[{bad}]")).unwrap_err().to_string();
+            assert!(e.contains("cache.accept_encoding"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn hosts_are_keyed_by_their_normal_form() {
         let c = Config::from_toml("[hosts]\n\"IMG.test.:80\" = \"http://127.0.0.1:2\"").unwrap();
         assert_eq!(c.hosts.keys().collect::<Vec<_>>(), ["img.test"]);

@@ -3,6 +3,9 @@
 //! acts on it. `now` and times are parameters, never read inside a rule.
 //!
 //! - `directives`: `Cache-Control`, RFC 5861's stale extensions, RFC 9213's targeted fields.
+//! - `encoding`: `Accept-Encoding` normalised to one coding of a preference list.
+//! - `structured`: whether a targeted field is a valid Structured Field Dictionary (else it is
+//!   ignored).
 //! - `freshness`: storability, freshness lifetime (explicit, heuristic, default), age, dates,
 //!   the stale permissions, and updating a stored response from a 304.
 //! - `vary`: Vary fields and normalised variant keys.
@@ -14,12 +17,15 @@
 
 mod conditional;
 mod directives;
+mod encoding;
 mod freshness;
 mod range;
+mod structured;
 mod vary;
 
 pub use conditional::{conditional_answer, is_conditional, not_modified, Conditional, Validators};
 pub use directives::{CacheControl, DELTA_SECONDS_MAX};
+pub use encoding::{choose as accept_encoding_for, normalise as normalise_accept_encoding};
 pub use freshness::{
     age_field, has_validator, parse_date, storability, updated_headers, usable_with_authorization,
     validates, Credentials, Freshness, StoreRules,

@@ -291,6 +291,8 @@ pub(crate) struct Live {
     /// Bytes of bodies being stored, all responses together (`limits.store_buffer_bytes`).
     store_budget: Arc<Semaphore>,
     bypass_cookies: bool,
+    /// `cache.accept_encoding`: the codings `Accept-Encoding` is normalised to (empty: off).
+    accept_encoding: Vec<String>,
     access_log: bool,
     /// How long stale objects are kept for revalidation and stale serving.
     stale_keep: Duration,
@@ -669,6 +671,10 @@ impl Proxy {
         // Hop-by-hop fields never reach the origin: gone before the key and any Vary variant is
         // made from these headers.
         crate::http_cache::strip_hop_by_hop(&mut parts.headers);
+        // One spelling per coding, before the key and any variant is made from it.
+        if !live.accept_encoding.is_empty() {
+            crate::http_cache::normalise_accept_encoding(&mut parts.headers, &live.accept_encoding);
+        }
         self.key_forwarded_fields(&mut target, &parts, live);
         // 2. plan
         let plan = request_plan(&parts.method, &parts.headers, live.bypass_cookies);

@@ -128,6 +128,12 @@ pub struct CacheConfig {
     /// forwarded has no effect.
     #[serde(deserialize_with = "de_header_names")]
     pub forwarded_unkeyed_headers: Vec<HeaderName>,
+    /// Content codings by preference: a request's `Accept-Encoding` is rewritten, before the
+    /// lookup and before the origin sees it, to the first of these the client accepts, else
+    /// `identity`, so that `Vary: Accept-Encoding` (or the keyed field) makes at most one variant
+    /// per coding listed, plus one, whatever browsers send (as Fastly and Varnish normalise it).
+    /// `[]`: forwarded as the client sent it.
+    pub accept_encoding: Vec<String>,
     /// Weigh entries by body only and run moka's maintenance after every write and every 32
     /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
     /// Slower; for agreement runs (`secondhit demo`), not for production.
@@ -192,6 +198,7 @@ impl Default for CacheConfig {
                 .iter()
                 .map(|s| HeaderName::from_static(s))
                 .collect(),
+            accept_encoding: ["br", "zstd", "gzip"].map(String::from).to_vec(),
             lab_mode: false,
             disk: DiskConfig::default(),
         }

@@ -88,6 +88,20 @@ fn check_disk(d: &DiskConfig) -> Result<(), ConfigError> {
 
 /// `[cache]`: the largest object fits in the cache and in an entry's weight.
 fn check_cache(c: &CacheConfig) -> Result<(), ConfigError> {
+    for (i, coding) in c.accept_encoding.iter().enumerate() {
+        let token = !coding.is_empty()
+            && coding
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.+!".contains(&b));
+        if !token || coding == "identity" || c.accept_encoding[..i].contains(coding) {
+            return Err(invalid(
+                "cache.accept_encoding",
+                format!(
+                    "{coding:?}: list each content coding once, lower-case (e.g. [\"br\", \"zstd\", \"gzip\"]); identity is what is left"
+                ),
+            ));
+        }
+    }
     let max = c.max_object_size();
     if max > c.capacity {
         return Err(invalid(

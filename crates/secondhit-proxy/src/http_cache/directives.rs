@@ -222,4 +222,39 @@ mod tests {
         assert!(!used && cc.private);
         assert_eq!(cc.max_age, Some(5));
     }
+
+    #[test]
+    fn an_invalid_targeted_field_is_ignored_as_a_whole() {
+        // RFC 9213 §2.1: not a Structured Field Dictionary, or a directive of the wrong type:
+        // as though absent, so Cache-Control (or the next targeted field) governs.
+        let targeted = [
+            HeaderName::from_static("cdn-cache-control"),
+            HeaderName::from_static("surrogate-control"),
+        ];
+        for bad in ["max-age=10000, &&&&&", "max-age=\"10000\"", "max-age =100"] {
+            let headers = h(&[("cdn-cache-control", bad), ("cache-control", "no-store")]);
+            let (cc, used) = CacheControl::for_this_cache(&headers, &targeted);
+            assert!(!used && cc.no_store && cc.max_age.is_none(), "{bad}");
+        }
+        // Every line together: a bad second line spoils the field.
+        let headers = h(&[
+            ("cdn-cache-control", "max-age=600"),
+            ("cdn-cache-control", "s-maxage=\"5\""),
+            ("surrogate-control", "max-age=60+30"),
+            ("cache-control", "no-store"),
+        ]);
+        let (cc, used) = CacheControl::for_this_cache(&headers, &targeted);
+        // Surrogate-Control is not a Structured Field: read as it comes (max-age=60+30 is not
+        // delta-seconds, so stale), and it governs since CDN-Cache-Control is ignored.
+        assert!(used && !cc.no_store);
+        assert_eq!(cc.max_age, Some(0));
+        let headers = h(&[
+            ("cdn-cache-control", "max-age=600"),
+            ("cdn-cache-control", "stale-if-error=30"),
+            ("cache-control", "no-store"),
+        ]);
+        let (cc, used) = CacheControl::for_this_cache(&headers, &targeted);
+        assert!(used && !cc.no_store);
+        assert_eq!((cc.max_age, cc.stale_if_error), (Some(600), Some(30)));
+    }
 }

@@ -239,9 +239,10 @@ fn date_of(value: Option<&HeaderValue>) -> Option<SystemTime> {
     value.and_then(|v| v.to_str().ok()).and_then(parse_date)
 }
 
-/// The `Age` of a response (RFC 9111 §5.1): the first member of the field, capped at 2^31 s
-/// (§1.2.2); absent, zero. An invalid value (not a non-negative integer: `abc`, `-5`, `1.5`,
-/// `7200;foo=bar`) makes the response stale, as §5.1 asks: it is taken as 2^31 s.
+/// The `Age` of a response (RFC 9111 §5.1): the first member of the field's first line, capped
+/// at 2^31 s (§1.2.2); absent, zero. An invalid value (not a non-negative integer: `abc`, `-5`,
+/// `1.5`, `7200;foo=bar`) is ignored, as §5.1 says a cache SHOULD: the age is then zero, and
+/// `Date` alone says how old the response is.
 pub fn age_field(headers: &HeaderMap) -> Duration {
     age_of(headers.get(header::AGE))
 }
@@ -258,7 +259,7 @@ fn age_of(value: Option<&HeaderValue>) -> Duration {
         .map(str::trim)
         .unwrap_or("");
     if first.is_empty() || !first.bytes().all(|b| b.is_ascii_digit()) {
-        return Duration::from_secs(DELTA_SECONDS_MAX);
+        return Duration::ZERO;
     }
     let secs = first
         .parse::<u64>()
@@ -336,7 +337,18 @@ impl<'a> ResponseFields<'a> {
         headers: &HeaderMap,
         targeted: &[HeaderName],
     ) -> (CacheControl, bool) {
-        match self.targeted.and_then(|i| targeted.get(i)) {
+        // The first targeted field present, non-empty and a valid Structured Field Dictionary;
+        // an invalid one is ignored as though absent (RFC 9213 §2.1).
+        let valid = self.targeted.and_then(|first| {
+            targeted[first..].iter().find(|name| {
+                headers
+                    .get_all(*name)
+                    .iter()
+                    .any(|v| v.to_str().is_ok_and(|s| !s.trim().is_empty()))
+                    && super::structured::targeted_field_is_valid(headers, name)
+            })
+        });
+        match valid {
             Some(name) => (CacheControl::parse_field(headers, name), true),
             None => (self.cache_control.clone(), false),
         }
@@ -654,20 +666,33 @@ mod tests {
             ok(&[("cache-control", "max-age=60"), ("age", "61")]),
             Err(NoStore::NotFresh)
         );
-        // §5.1: the first member of a list; an invalid value makes the response stale.
+        // §5.1: the first member of a list; an invalid value is ignored.
         assert_eq!(age_field(&h(&[("age", "10, 50")])), Duration::from_secs(10));
-        assert_eq!(age_field(&h(&[])), Duration::ZERO);
-        for bad in ["-5", "1.5", "abc", "", "7200;foo=bar"] {
-            assert_eq!(
-                age_field(&h(&[("age", bad)])),
-                Duration::from_secs(DELTA_SECONDS_MAX),
-                "{bad}"
-            );
-        }
         assert_eq!(
-            ok(&[("cache-control", "max-age=3600"), ("age", "abc")]),
-            Err(NoStore::NotFresh)
+            age_field(&h(&[("age", "7200, 0")])),
+            Duration::from_secs(7200)
         );
+        assert_eq!(age_field(&h(&[])), Duration::ZERO);
+        for bad in ["-5", "-7200", "1.5", "7200.0", "abc", "", "7200;foo=bar"] {
+            assert_eq!(age_field(&h(&[("age", bad)])), Duration::ZERO, "{bad}");
+        }
+        let fresh = ok(&[("cache-control", "max-age=3600"), ("age", "abc")]).unwrap();
+        assert_eq!(fresh.remaining(), Duration::from_secs(3600));
+        // An ignored Age leaves Date to say how old the response is.
+        let d0 = date(0);
+        let fr = storability(
+            StatusCode::OK,
+            &h(&[
+                ("cache-control", "max-age=60"),
+                ("age", "-7200"),
+                ("date", &d0),
+            ]),
+            Credentials::NONE,
+            &StoreRules::default(),
+            t(30),
+        )
+        .unwrap();
+        assert_eq!(fr.initial_age, Duration::from_secs(30));
         // §1.2.2: too large is 2^31.
         assert_eq!(
             age_field(&h(&[("age", "99999999999999999999")])),

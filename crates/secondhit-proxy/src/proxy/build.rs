@@ -101,6 +101,7 @@ impl Live {
                     .min(Semaphore::MAX_PERMITS),
             )),
             bypass_cookies: config.cache.bypass_cookie_requests,
+            accept_encoding: config.cache.accept_encoding.clone(),
             access_log: config.log.access_log,
             stale_keep: config.cache.stale_keep,
         })
