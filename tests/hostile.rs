@@ -580,8 +580,6 @@ async fn the_origin_gets_the_normalised_host_the_client_address_and_via() {
             "",
             &[
                 "accept: text/html",
-                // Normalised (issue 37): a client that sends none accepts identity only.
-                "accept-encoding: identity",
                 "host: media.test",
                 "via: 1.1 secondhit",
                 "x-forwarded-for: 127.0.0.1",

@@ -132,7 +132,9 @@ pub struct CacheConfig {
     /// lookup and before the origin sees it, to the first of these the client accepts, else
     /// `identity`, so that `Vary: Accept-Encoding` (or the keyed field) makes at most one variant
     /// per coding listed, plus one, whatever browsers send (as Fastly and Varnish normalise it).
-    /// `[]`: forwarded as the client sent it.
+    /// `[]` (the default): forwarded as the client sent it. (Off by default for now: a request
+    /// without the field becomes `identity`, which is keyed, and so changes the object ids of
+    /// recordings and the proxy's own keys.)
     pub accept_encoding: Vec<String>,
     /// Weigh entries by body only and run moka's maintenance after every write and every 32
     /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
@@ -198,7 +200,7 @@ impl Default for CacheConfig {
                 .iter()
                 .map(|s| HeaderName::from_static(s))
                 .collect(),
-            accept_encoding: ["br", "zstd", "gzip"].map(String::from).to_vec(),
+            accept_encoding: Vec::new(),
             lab_mode: false,
             disk: DiskConfig::default(),
         }
