@@ -127,4 +127,30 @@ mod tests {
         assert_eq!(chosen(&["br;q=2, gzip;q=0.5x"]), "identity");
         assert_eq!(chosen(&["gzip;q=1.5"]), "identity");
     }
+
+    #[test]
+    fn hostile_fields_become_one_listed_coding_or_identity() {
+        // Bytes that are not text, a flood of members, empty members and stray separators,
+        // parameters without a value: the origin still gets one token the list names.
+        let mut h = HeaderMap::new();
+        h.append(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_bytes(b"br\xff\xfe, \x80gzip").unwrap(),
+        );
+        normalise(&mut h, &list());
+        assert_eq!(h.get(header::ACCEPT_ENCODING).unwrap(), "identity");
+        let flood = format!("{}gzip;q=0.5", "x-junk;q=0.9, ".repeat(2_000));
+        assert_eq!(chosen(&[&flood]), "gzip");
+        assert_eq!(chosen(&[",,, ;;, br;;q, ;q=1"]), "br");
+        assert_eq!(chosen(&["br;q=", "gzip;q"]), "gzip");
+        // A line that is not text spoils only itself.
+        let mut h = HeaderMap::new();
+        h.append(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_bytes(b"br\xff").unwrap(),
+        );
+        h.append(header::ACCEPT_ENCODING, HeaderValue::from_static("zstd"));
+        normalise(&mut h, &list());
+        assert_eq!(h.get(header::ACCEPT_ENCODING).unwrap(), "zstd");
+    }
 }

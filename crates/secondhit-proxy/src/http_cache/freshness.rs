@@ -320,9 +320,7 @@ impl<'a> ResponseFields<'a> {
                     .to_str()
                     .is_ok_and(|s| s.split(',').any(|m| m.trim() == "*"));
             } else if let Some(i) = targeted.iter().position(|t| t == name) {
-                if f.targeted.is_none_or(|j| i < j)
-                    && value.to_str().is_ok_and(|s| !s.trim().is_empty())
-                {
+                if f.targeted.is_none_or(|j| i < j) && has_text(value) {
                     f.targeted = Some(i);
                 }
             }
@@ -338,14 +336,13 @@ impl<'a> ResponseFields<'a> {
         targeted: &[HeaderName],
     ) -> (CacheControl, bool) {
         // The first targeted field present, non-empty and a valid Structured Field Dictionary;
-        // an invalid one is ignored as though absent (RFC 9213 §2.1).
+        // an invalid one is ignored as though absent (RFC 9213 §2.1). `read` found the first
+        // present one; those after it are looked up only when it is invalid.
         let valid = self.targeted.and_then(|first| {
-            targeted[first..].iter().find(|name| {
-                headers
-                    .get_all(*name)
-                    .iter()
-                    .any(|v| v.to_str().is_ok_and(|s| !s.trim().is_empty()))
-                    && super::structured::targeted_field_is_valid(headers, name)
+            targeted[first..].iter().enumerate().find_map(|(k, name)| {
+                let present = k == 0 || headers.get_all(name).iter().any(has_text);
+                (present && super::structured::targeted_field_is_valid(headers, name))
+                    .then_some(name)
             })
         });
         match valid {
@@ -353,6 +350,12 @@ impl<'a> ResponseFields<'a> {
             None => (self.cache_control.clone(), false),
         }
     }
+}
+
+/// Whether a field line is text with something other than spaces in it (an empty targeted
+/// field is as though absent).
+fn has_text(value: &HeaderValue) -> bool {
+    value.to_str().is_ok_and(|s| !s.trim().is_empty())
 }
 
 /// Decides whether a response may be stored and, if so, its freshness. `credentials`: what the
@@ -646,20 +649,23 @@ mod tests {
 
     #[test]
     fn age_counts_against_freshness_and_invalid_ages_are_ignored() {
+        // A max-age=60 response dated at 0 with this Age, stored at 30 s.
+        let dated = |age: &str| {
+            storability(
+                StatusCode::OK,
+                &h(&[
+                    ("cache-control", "max-age=60"),
+                    ("age", age),
+                    ("date", &date(0)),
+                ]),
+                Credentials::NONE,
+                &StoreRules::default(),
+                t(30),
+            )
+            .unwrap()
+        };
         // §4.2.3: the initial age is max(Age, now - Date).
-        let d0 = date(0);
-        let fr = storability(
-            StatusCode::OK,
-            &h(&[
-                ("cache-control", "max-age=60"),
-                ("age", "20"),
-                ("date", &d0),
-            ]),
-            Credentials::NONE,
-            &StoreRules::default(),
-            t(30),
-        )
-        .unwrap();
+        let fr = dated("20");
         assert_eq!(fr.initial_age, Duration::from_secs(30));
         assert_eq!(fr.remaining(), Duration::from_secs(30));
         assert_eq!(
@@ -678,21 +684,9 @@ mod tests {
         }
         let fresh = ok(&[("cache-control", "max-age=3600"), ("age", "abc")]).unwrap();
         assert_eq!(fresh.remaining(), Duration::from_secs(3600));
-        // An ignored Age leaves Date to say how old the response is.
-        let d0 = date(0);
-        let fr = storability(
-            StatusCode::OK,
-            &h(&[
-                ("cache-control", "max-age=60"),
-                ("age", "-7200"),
-                ("date", &d0),
-            ]),
-            Credentials::NONE,
-            &StoreRules::default(),
-            t(30),
-        )
-        .unwrap();
-        assert_eq!(fr.initial_age, Duration::from_secs(30));
+        // An ignored Age leaves Date to say how old the response is; a valid one counts.
+        assert_eq!(dated("-7200").initial_age, Duration::from_secs(30));
+        assert_eq!(dated("45").initial_age, Duration::from_secs(45));
         // §1.2.2: too large is 2^31.
         assert_eq!(
             age_field(&h(&[("age", "99999999999999999999")])),

@@ -22,6 +22,12 @@ pub(super) fn targeted_field_is_valid(headers: &HeaderMap, name: &HeaderName) ->
     if name.as_str() == "surrogate-control" {
         return true;
     }
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next();
+    if lines.next().is_none() {
+        // One line (the common case): checked where it lies.
+        return first.is_none_or(|v| dictionary_is_valid(v.as_bytes()));
+    }
     let mut joined = Vec::new();
     for (i, value) in headers.get_all(name).iter().enumerate() {
         if i > 0 {
