@@ -520,6 +520,10 @@ pub(crate) struct Overrides {
     /// capacity.
     #[arg(long, value_parser = parse_nonzero_bytes)]
     pub(crate) max_object_size: Option<u64>,
+    /// Store objects larger than the largest object in aligned slices of this size (1MiB),
+    /// each admitted on its own; 0: off (cache.slice_size).
+    #[arg(long, value_parser = parse_bytes)]
+    pub(crate) slice_size: Option<u64>,
     /// Admission policy: admit-all, second-hit, second-hit-exact, nth-hit:N, nth-hit-exact:N.
     #[arg(long)]
     pub(crate) policy: Option<Policy>,
@@ -621,6 +625,9 @@ impl Overrides {
         }
         if let Some(v) = o.max_object_size {
             config.cache.max_object_size = Some(v);
+        }
+        if let Some(v) = o.slice_size {
+            config.cache.slice_size = v;
         }
         if let Some(v) = o.policy {
             config.admission.policy = v;

@@ -29,6 +29,37 @@ pub fn content(path: &str, size: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The bytes `/media/` sends for `path` at version `v`: version 0 is [`content`] of the path.
+pub fn media(path: &str, v: u64, size: usize) -> Vec<u8> {
+    if v == 0 {
+        content(path, size)
+    } else {
+        content(&format!("{path}#{v}"), size)
+    }
+}
+
+/// A single `bytes=A-B`, `bytes=A-` or `bytes=-N` range of a body of `len` bytes, as an origin
+/// that honours ranges reads it: `Some(Ok((first, last)))`, `Some(Err(()))` when it selects
+/// nothing (416), `None` to send the whole body.
+fn media_range(value: &str, len: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = value.strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (a, b) = spec.split_once('-')?;
+    let (first, last) = match (a.parse::<u64>().ok(), b.parse::<u64>().ok()) {
+        (None, Some(n)) if a.is_empty() => (len.saturating_sub(n), len.saturating_sub(1)),
+        (Some(f), None) if b.is_empty() => (f, len.saturating_sub(1)),
+        (Some(f), Some(l)) if l >= f => (f, l.min(len.saturating_sub(1))),
+        _ => return None,
+    };
+    Some(if first >= len {
+        Err(())
+    } else {
+        Ok((first, last))
+    })
+}
+
 /// A running test origin.
 pub struct TestOrigin {
     pub addr: SocketAddr,
@@ -51,6 +82,10 @@ struct Shared {
     credentialed: AtomicU64,
     /// Gates by path (with its query): see [`TestOrigin::hold`].
     gates: Mutex<HashMap<String, Arc<Gate>>>,
+    /// `/media/`: the version of each path (0 unless set), and every request's path and
+    /// `Range` (or `-`), in order.
+    versions: Mutex<HashMap<String, u64>>,
+    media_requests: Mutex<Vec<(String, String)>>,
 }
 
 /// Holds the requests for one path until the test opens it, and tells the test when they
@@ -126,6 +161,24 @@ impl TestOrigin {
         let mut gates = self.shared.gates.lock().unwrap();
         gates.insert(path.to_string(), Arc::clone(&gate));
         gate
+    }
+
+    /// Makes `/media/` answer `path` (without its query) as version `v` from now on.
+    pub fn set_version(&self, path: &str, v: u64) {
+        self.shared
+            .versions
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), v);
+    }
+
+    /// The `Range` of every request `/media/` answered for `path` (without its query), in
+    /// order (`-` for none); taken, so the next call starts afresh.
+    pub fn media_ranges(&self, path: &str) -> Vec<String> {
+        let mut all = self.shared.media_requests.lock().unwrap();
+        let (mine, rest): (Vec<_>, Vec<_>) = all.drain(..).partition(|(p, _)| p == path);
+        *all = rest;
+        mine.into_iter().map(|(_, r)| r).collect()
     }
 
     /// Requests to `/personal/` that carried `Authorization` or `Cookie`.
@@ -376,6 +429,72 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
             cc(b, "max-age=60")
                 .header("access-control-allow-origin", field("origin"))
                 .body(full(body))
+        }
+        // A large object that honours single ranges: `size` bytes of [`media`] at the path's
+        // version (`TestOrigin::set_version`), ETag `"vN"`. The query: `cc=` Cache-Control
+        // (default `max-age=60`), `noranges=1` answers 200 whole, `novalidator=1` sends no ETag
+        // or Last-Modified, `lie=range` answers a range with the next one (and says so), `lie=long`
+        // sends one byte more than its Content-Range. Every request's Range is recorded.
+        "media" => {
+            let version = shared
+                .versions
+                .lock()
+                .unwrap()
+                .get(&path)
+                .copied()
+                .unwrap_or(0);
+            let range = req
+                .headers()
+                .get("range")
+                .map_or("-".to_string(), |v| v.to_str().unwrap_or("?").to_string());
+            shared
+                .media_requests
+                .lock()
+                .unwrap()
+                .push((path.clone(), range.clone()));
+            let size = param(&req, "size")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1000usize);
+            let body = media(&path, version, size);
+            let mut b = Response::builder().header(
+                "cache-control",
+                param(&req, "cc").unwrap_or_else(|| "max-age=60".into()),
+            );
+            if param(&req, "novalidator").is_none() {
+                b = b
+                    .header("etag", format!("\"v{version}\""))
+                    .header("last-modified", "Wed, 01 Jan 2025 00:00:00 GMT");
+            }
+            let honoured = if param(&req, "noranges").is_some() {
+                None
+            } else {
+                media_range(&range, size as u64)
+            };
+            let lie = param(&req, "lie").unwrap_or_default();
+            match honoured {
+                None => b.body(full(body)),
+                Some(Err(())) => b
+                    .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                    .header("content-range", format!("bytes */{size}"))
+                    .body(full("")),
+                Some(Ok((first, last))) => {
+                    let (f, l) = (first as usize, last as usize);
+                    let (from, to) = if lie == "range" {
+                        let n = l - f + 1;
+                        ((f + n).min(size - 1), (l + n).min(size - 1))
+                    } else {
+                        (f, l)
+                    };
+                    let mut bytes = body[from..=to].to_vec();
+                    if lie == "long" {
+                        bytes.push(b'!');
+                    }
+                    b.status(StatusCode::PARTIAL_CONTENT)
+                        .header("content-range", format!("bytes {from}-{to}/{size}"))
+                        .header("content-length", bytes.len())
+                        .body(full(bytes))
+                }
+            }
         }
         // 204 No Content, cacheable.
         "nocontent" => {

@@ -36,6 +36,42 @@ pub struct Metrics {
     store_aborts: AtomicU64,
     coalesced: AtomicU64,
     refused: AtomicU64,
+    slices: [AtomicU64; SliceSource::ALL.len()],
+    slice_bytes: [AtomicU64; SliceSource::ALL.len()],
+    slice_versions_changed: AtomicU64,
+}
+
+/// Where a slice of a sliced object came from (a label of `secondhit_slices_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SliceSource {
+    /// The memory store.
+    Memory,
+    /// The flash tier.
+    Disk,
+    /// Another request's fetch of the same slice.
+    Collapsed,
+    /// The origin, by a `Range` request.
+    Origin,
+}
+
+impl SliceSource {
+    /// Every source, for metrics.
+    pub const ALL: [SliceSource; 4] = [
+        SliceSource::Memory,
+        SliceSource::Disk,
+        SliceSource::Collapsed,
+        SliceSource::Origin,
+    ];
+
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SliceSource::Memory => "memory",
+            SliceSource::Disk => "disk",
+            SliceSource::Collapsed => "collapsed",
+            SliceSource::Origin => "origin",
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -58,6 +94,9 @@ impl Default for Metrics {
             access_log_dropped: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            slices: Default::default(),
+            slice_bytes: Default::default(),
+            slice_versions_changed: AtomicU64::new(0),
         }
     }
 }
@@ -145,6 +184,23 @@ impl Metrics {
     /// origin contact (bad Host, unknown host, CONNECT, ...) or whose body broke off.
     pub fn refused(&self) {
         self.refused.fetch_add(1, Relaxed);
+    }
+
+    /// Counts one slice of a sliced object looked up for a request, `bytes` long, and where
+    /// it came from.
+    pub fn slice(&self, source: SliceSource, bytes: u64) {
+        self.slices[source as usize].fetch_add(1, Relaxed);
+        self.slice_bytes[source as usize].fetch_add(bytes, Relaxed);
+    }
+
+    /// Counts a sliced object dropped because a slice came back of another version.
+    pub fn slice_version_changed(&self) {
+        self.slice_versions_changed.fetch_add(1, Relaxed);
+    }
+
+    /// Slices so far from `source`.
+    pub fn slices(&self, source: SliceSource) -> u64 {
+        self.slices[source as usize].load(Relaxed)
     }
 
     /// Requests so far with this outcome.
@@ -271,6 +327,32 @@ impl Metrics {
                     self.stale_served[1].load(Relaxed),
                 ),
             ],
+        );
+        let per_source = |a: &[AtomicU64; SliceSource::ALL.len()]| {
+            SliceSource::ALL
+                .iter()
+                .map(|s| {
+                    (
+                        labels([("source", s.as_str())]),
+                        a[*s as usize].load(Relaxed),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        out.counters(
+            "slices",
+            "Slices of sliced objects looked up for requests, by where they came from",
+            per_source(&self.slices),
+        );
+        out.counters(
+            "slice_bytes",
+            "Bytes of the slices looked up for requests, by where they came from",
+            per_source(&self.slice_bytes),
+        );
+        out.counter(
+            "slice_versions_changed",
+            "Sliced objects dropped because a slice came back of another version",
+            self.slice_versions_changed.load(Relaxed),
         );
         out.counter(
             "cache_invalidations",

@@ -46,6 +46,7 @@ pub mod hit;
 pub mod outcome;
 mod pump;
 mod revalidate;
+pub mod slice;
 
 use crate::access_log::{self, AccessLog};
 use crate::admission::{Admission, Decision};
@@ -99,6 +100,8 @@ pub enum Found {
     Fresh(Arc<CachedObject>),
     /// An object past its freshness (revalidation and stale serving start here).
     Stale(Arc<CachedObject>),
+    /// An object stored in slices: its head (fresh or not: the slices settle it).
+    Sliced(Arc<cached::Sliced>),
     /// Nothing usable.
     Miss,
 }
@@ -293,6 +296,8 @@ pub(crate) struct Live {
     bypass_cookies: bool,
     /// `cache.accept_encoding`: the codings `Accept-Encoding` is normalised to (empty: off).
     accept_encoding: Vec<String>,
+    /// `cache.slice_size`: bytes of a slice (0: objects are not sliced).
+    slice_size: u64,
     access_log: bool,
     /// How long stale objects are kept for revalidation and stale serving.
     stale_keep: Duration,
@@ -367,6 +372,14 @@ enum Next {
     },
     /// No usable entry in memory: the flash tier, then admission.
     Miss { key: String, plan: RequestPlan },
+    /// An object stored in slices: answered slice by slice.
+    Sliced {
+        key: String,
+        head: Arc<cached::Sliced>,
+    },
+    /// No entry, and slicing is on: the slice holding byte `start` first (it says how long
+    /// the object is), then the rest as a whole object or in slices.
+    Probe { start: u64 },
 }
 
 /// What [`Proxy::handle`] keeps for the end of a request, however it is answered.
@@ -614,9 +627,13 @@ impl Proxy {
             head_request,
             logged,
         } = finish;
+        // A sliced answer says which of its slices were hits.
+        let cache_status = match response.extensions_mut().remove::<slice::SliceDetail>() {
+            Some(slices) => slices.header(&status),
+            None => status.header(),
+        };
         let h = response.headers_mut();
         h.insert(X_CACHE, HeaderValue::from_static(outcome.as_str()));
-        let cache_status = status.header();
         let logged_status = logged.is_some().then(|| cache_status.clone());
         h.insert(CACHE_STATUS, cache_status);
         // RFC 9213: the fields targeted at this cache are its own, not the client's.
@@ -712,9 +729,16 @@ impl Proxy {
                             stored: obj,
                         }
                     }
-                    Found::Miss => Next::Miss {
+                    Found::Sliced(head) => Next::Sliced {
                         key: lookup.key,
-                        plan,
+                        head,
+                    },
+                    Found::Miss => match slice::probe_start(&parts, plan, live.slice_size) {
+                        Some(start) => Next::Probe { start },
+                        None => Next::Miss {
+                            key: lookup.key,
+                            plan,
+                        },
                     },
                 }
             }
@@ -761,6 +785,11 @@ impl Proxy {
                 self.miss(parts, body, &target, client, &key, plan, live)
                     .await
             }
+            Next::Sliced { key, head } => {
+                self.serve_sliced(parts, &target, client, key, head, live)
+                    .await
+            }
+            Next::Probe { start } => self.probe(parts, body, &target, client, start, live).await,
         };
         self.sighted(target.id, &answer);
         answer
@@ -936,6 +965,17 @@ impl Proxy {
                     Found::Fresh(obj)
                 } else {
                     Found::Stale(obj)
+                }
+            }
+            Some(Entry::Sliced(head)) if self.invalidated_keyed(primary, &head.head) => {
+                self.remove_sliced(primary, &head);
+                Found::Miss
+            }
+            Some(Entry::Sliced(head)) => {
+                if headers.contains_key(header::AUTHORIZATION) && !head.head.auth_ok {
+                    Found::Miss
+                } else {
+                    Found::Sliced(head)
                 }
             }
             Some(Entry::Variants(_)) | None => Found::Miss,

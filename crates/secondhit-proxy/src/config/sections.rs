@@ -136,6 +136,15 @@ pub struct CacheConfig {
     /// without the field becomes `identity`, which is keyed, and so changes the object ids of
     /// recordings and the proxy's own keys.)
     pub accept_encoding: Vec<String>,
+    /// Slicing (`"1MiB"`; `0`, the default: off). With it, a GET miss asks the origin for the
+    /// aligned slice of this many bytes that holds the first byte it wants, as nginx's `slice`
+    /// module does: an object of one slice or less is stored whole as any other; a larger one
+    /// (every object larger than `max_object_size` among them) is stored in slices, each its
+    /// own entry for admission, coalescing and the flash tier, and a `Range` request fetches
+    /// only the slices it covers. Without it, objects larger than `max_object_size` stream
+    /// through and are never stored, and a `Range` miss is forwarded and not stored.
+    #[serde(deserialize_with = "de_bytes")]
+    pub slice_size: u64,
     /// Weigh entries by body only and run moka's maintenance after every write and every 32
     /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
     /// Slower; for agreement runs (`secondhit demo`), not for production.
@@ -201,6 +210,7 @@ impl Default for CacheConfig {
                 .map(|s| HeaderName::from_static(s))
                 .collect(),
             accept_encoding: Vec::new(),
+            slice_size: 0,
             lab_mode: false,
             disk: DiskConfig::default(),
         }

@@ -118,6 +118,38 @@ fn check_cache(c: &CacheConfig) -> Result<(), ConfigError> {
             format!("{max} is more than the 4 GiB an entry can weigh"),
         ));
     }
+    check_slices(c)
+}
+
+/// The smallest slice: below it the per-slice request and entry cost more than the bytes.
+pub const MIN_SLICE_SIZE: u64 = 64 << 10;
+
+/// `cache.slice_size`: off, or a slice that a whole object may hold and the flash tier takes.
+fn check_slices(c: &CacheConfig) -> Result<(), ConfigError> {
+    let size = c.slice_size;
+    if size == 0 {
+        return Ok(());
+    }
+    let max = c.max_object_size();
+    if size < MIN_SLICE_SIZE || size > max {
+        return Err(invalid(
+            "cache.slice_size",
+            format!(
+                "{size}: give 0 (off) or a size from {MIN_SLICE_SIZE} (64KiB) to cache.max_object_size ({max}), such as \"1MiB\""
+            ),
+        ));
+    }
+    if c.disk.dir.is_some() {
+        let disk_max = (c.disk.block_size / 2).saturating_sub(64 << 10);
+        if size > disk_max {
+            return Err(invalid(
+                "cache.slice_size",
+                format!(
+                    "{size} is more than the flash tier's largest object ({disk_max}: half of cache.disk.block_size less 64KiB): slices could never go to flash"
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 

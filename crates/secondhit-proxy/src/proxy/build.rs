@@ -102,6 +102,7 @@ impl Live {
             )),
             bypass_cookies: config.cache.bypass_cookie_requests,
             accept_encoding: config.cache.accept_encoding.clone(),
+            slice_size: config.cache.slice_size,
             access_log: config.log.access_log,
             stale_keep: config.cache.stale_keep,
         })

@@ -242,6 +242,90 @@ pub enum Entry {
     /// Under a primary key: the responses vary on these fields (sorted, lower-case); each
     /// variant is stored under [`variant_key`](crate::http_cache::variant_key).
     Variants(Arc<[HeaderName]>),
+    /// Under a primary key: the object is stored in slices ([`super::slice`]), each under
+    /// its slice key; this is its head and version.
+    Sliced(Arc<Sliced>),
+}
+
+/// What one version of an object is known by: its strong `ETag`, else its `Last-Modified`, and
+/// its length. Every slice of a stored object carries the same; a slice that comes back with
+/// another means the object changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// The strong entity tag, if any.
+    pub etag: Option<HeaderValue>,
+    /// `Last-Modified`, when there is no strong entity tag.
+    pub last_modified: Option<HeaderValue>,
+    /// The whole object's length.
+    pub total: u64,
+}
+
+impl Version {
+    /// The version `headers` name for an object of `total` bytes; `None` without a strong
+    /// `ETag` or a `Last-Modified` (two versions could then not be told apart, so such an
+    /// object is never stored in slices).
+    pub fn of(headers: &HeaderMap, total: u64) -> Option<Version> {
+        let etag = headers
+            .get(http::header::ETAG)
+            .filter(|v| !v.as_bytes().starts_with(b"W/"))
+            .cloned();
+        let last_modified = match etag {
+            Some(_) => None,
+            None => Some(headers.get(http::header::LAST_MODIFIED)?.clone()),
+        };
+        Some(Version {
+            etag,
+            last_modified,
+            total,
+        })
+    }
+
+    /// Whether the stored slice `obj` belongs to this version.
+    pub fn owns(&self, obj: &CachedObject) -> bool {
+        match (&self.etag, &self.last_modified) {
+            (Some(e), _) => obj.headers.get(&http::header::ETAG).as_ref() == Some(e),
+            (None, Some(lm)) => obj.headers.get(&http::header::LAST_MODIFIED).as_ref() == Some(lm),
+            (None, None) => false,
+        }
+    }
+}
+
+/// An object stored in slices: the head of its whole response, its version, and the slice size
+/// it was cut in (a reload may change `cache.slice_size`; stored slices keep theirs).
+#[derive(Debug)]
+pub struct Sliced {
+    /// The whole response as a 200 would carry it (`Content-Length` the whole length), its
+    /// freshness, and no body.
+    pub head: Arc<CachedObject>,
+    /// Which version the slices must be.
+    pub version: Version,
+    /// Bytes a slice (the last may be shorter).
+    pub slice_size: u64,
+}
+
+impl Sliced {
+    /// The whole object's length.
+    pub fn total(&self) -> u64 {
+        self.version.total
+    }
+
+    /// How many slices the object has.
+    pub fn count(&self) -> u64 {
+        self.total().div_ceil(self.slice_size.max(1))
+    }
+
+    /// The bytes slice `index` covers: `start..=end`.
+    pub fn bounds(&self, index: u64) -> (u64, u64) {
+        slice_bounds(index, self.slice_size, self.total())
+    }
+}
+
+/// The bytes slice `index` of `size`-byte slices covers in an object of `total` bytes
+/// (`start..=end`; `total` must exceed `start`).
+pub fn slice_bounds(index: u64, size: u64, total: u64) -> (u64, u64) {
+    let start = index.saturating_mul(size);
+    let end = start.saturating_add(size).min(total).saturating_sub(1);
+    (start, end)
 }
 
 /// What moka keeps per entry beside the key and the value: its node, the entry's info, the
@@ -266,7 +350,14 @@ impl Entry {
     pub fn weight(&self, key: &str, lab: bool) -> u32 {
         let bytes = match self {
             Entry::Object(o) if lab => o.body.len(),
-            Entry::Variants(_) if lab => 0,
+            Entry::Variants(_) | Entry::Sliced(_) if lab => 0,
+            Entry::Sliced(m) => {
+                key.len()
+                    + m.head.headers.weight()
+                    + ENTRY_OVERHEAD
+                    + std::mem::size_of::<Sliced>()
+                    + 16
+            }
             Entry::Object(o) => key.len() + o.headers.weight() + o.body.len() + ENTRY_OVERHEAD,
             Entry::Variants(fields) => {
                 key.len()
@@ -283,8 +374,20 @@ impl Entry {
 
 /// moka's per-entry expiry: an object lives until its `keep_until` (memory reclamation only;
 /// whether a hit is fresh is decided on the proxy's own clock); a Variants entry lives until
-/// evicted.
+/// evicted. A replaced entry (a revalidated or refreshed object) lives as long as the new one
+/// says: moka's default would keep the old entry's expiry, and drop the refreshed object when
+/// the stale one would have gone.
 pub struct FreshFor;
+
+impl FreshFor {
+    fn keep(value: &Entry) -> Option<Duration> {
+        match value {
+            Entry::Object(o) => Some(o.keep_until.saturating_sub(o.stored_at)),
+            Entry::Sliced(m) => Some(m.head.keep_until.saturating_sub(m.head.stored_at)),
+            Entry::Variants(_) => None,
+        }
+    }
+}
 
 impl moka::Expiry<String, Entry> for FreshFor {
     fn expire_after_create(
@@ -293,10 +396,17 @@ impl moka::Expiry<String, Entry> for FreshFor {
         value: &Entry,
         _created_at: std::time::Instant,
     ) -> Option<Duration> {
-        match value {
-            Entry::Object(o) => Some(o.keep_until.saturating_sub(o.stored_at)),
-            Entry::Variants(_) => None,
-        }
+        FreshFor::keep(value)
+    }
+
+    fn expire_after_update(
+        &self,
+        _key: &String,
+        value: &Entry,
+        _updated_at: std::time::Instant,
+        _duration_until_expiry: Option<Duration>,
+    ) -> Option<Duration> {
+        FreshFor::keep(value)
     }
 }
 
@@ -443,5 +553,32 @@ mod stale_tests {
         let soft = o.expired_at(s(104));
         assert!(!soft.is_fresh(s(104)) && o.is_fresh(s(104)));
         assert!(soft.may_serve_while_revalidating(s(133)));
+    }
+
+    #[test]
+    fn a_replaced_entry_lives_as_long_as_the_new_one_says() {
+        use moka::Expiry;
+        let f = |secs| Freshness {
+            lifetime: Duration::from_secs(secs),
+            initial_age: Duration::ZERO,
+            no_cache: false,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+        };
+        let s = Duration::from_secs;
+        let refreshed = Entry::Object(Arc::new(CachedObject::new(
+            StatusCode::OK,
+            HeaderMap::new(),
+            Bytes::new(),
+            s(1000),
+            &f(3600),
+            s(60),
+        )));
+        let key = String::from("k");
+        let now = std::time::Instant::now();
+        // The old entry had a second left; the refreshed one is kept for its hour and a minute.
+        let kept = FreshFor.expire_after_update(&key, &refreshed, now, Some(s(1)));
+        assert_eq!(kept, Some(s(3660)));
+        assert_eq!(FreshFor.expire_after_create(&key, &refreshed, now), kept);
     }
 }

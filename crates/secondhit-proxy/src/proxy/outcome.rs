@@ -87,6 +87,9 @@ pub enum Fwd {
     Miss,
     /// The cache had a stale response (revalidation).
     Stale,
+    /// The cache had part of the response (some slices of a sliced object) and asked the
+    /// origin for the rest.
+    Partial,
 }
 
 impl Fwd {
@@ -97,6 +100,7 @@ impl Fwd {
             Fwd::UriMiss => "uri-miss",
             Fwd::Miss => "miss",
             Fwd::Stale => "stale",
+            Fwd::Partial => "partial",
         }
     }
 }
@@ -149,6 +153,12 @@ impl CacheStatus {
 
     /// The field value: `secondhit` then the parameters in a fixed order.
     pub fn render(&self) -> String {
+        self.render_with(None)
+    }
+
+    /// The field value with `detail` a Structured Field string of the caller's (its text must
+    /// hold no `"` or `\\`) in place of the token.
+    pub fn render_with(&self, quoted_detail: Option<&str>) -> String {
         let mut s = String::with_capacity(48);
         s.push_str("secondhit");
         if self.hit {
@@ -165,7 +175,11 @@ impl CacheStatus {
         if self.stored {
             s.push_str("; stored");
         }
-        if let Some(d) = self.detail {
+        if let Some(d) = quoted_detail {
+            s.push_str("; detail=\"");
+            s.push_str(d);
+            s.push('"');
+        } else if let Some(d) = self.detail {
             s.push_str("; detail=");
             s.push_str(d);
         }

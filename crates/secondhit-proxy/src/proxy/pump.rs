@@ -456,7 +456,7 @@ impl Proxy {
         })
     }
 
-    fn store_object(&self, job: StoreJob, body: Bytes, live: &Live) {
+    pub(super) fn store_object(&self, job: StoreJob, body: Bytes, live: &Live) {
         let now = self.clock.now();
         let fields = vary_fields(&job.headers);
         let key = stored_key(&job);

@@ -7,7 +7,7 @@
 //! a body write: it is counted in `secondhit_cache_refreshes_total`, not in the writes.
 
 use super::authority::Host;
-use super::cached::{CachedObject, Entry};
+use super::cached::{CachedObject, Entry, Sliced};
 use super::check::Target;
 use super::classify::Intent;
 use super::coalesce::{Fetched, Leader, Role};
@@ -537,11 +537,11 @@ impl Proxy {
                 let prefix = self.key_of_url(url)?;
                 self.purge_entries("", soft, |k, _| k.starts_with(&prefix))
             }
-            PurgeTarget::Tag(tag) => self.purge_entries(
-                "",
-                soft,
-                |_, v| matches!(v, Entry::Object(o) if o.has_tag(tag)),
-            ),
+            PurgeTarget::Tag(tag) => self.purge_entries("", soft, |_, v| match v {
+                Entry::Object(o) => o.has_tag(tag),
+                Entry::Sliced(m) => m.head.has_tag(tag),
+                Entry::Variants(_) => false,
+            }),
         })
     }
 
@@ -582,6 +582,10 @@ impl Proxy {
                 self.purge_one(exact, &o, soft, now);
                 return 1;
             }
+            (false, Some(Entry::Sliced(m))) => {
+                self.purge_sliced(exact, &m, soft, now);
+                return 1;
+            }
             (false, None) => return 0,
             _ => true,
         };
@@ -597,12 +601,34 @@ impl Proxy {
                     }
                     // The Vary record goes with a hard purge; a soft one keeps it (its variants
                     // are still there, stale).
+                    Entry::Sliced(m) => {
+                        self.purge_sliced(&k, &m, soft, now);
+                        n += 1;
+                    }
                     Entry::Variants(_) if !soft => cache.invalidate(&*k),
                     Entry::Variants(_) => {}
                 }
             }
         }
         n
+    }
+
+    /// A hard purge removes a sliced object's head and every slice; a soft one expires its
+    /// head, so the next request confirms the version with the origin before any slice is
+    /// served (the slices stay: they are served again if the version is the same).
+    fn purge_sliced(&self, key: &str, head: &Sliced, soft: bool, now: Duration) {
+        if soft {
+            let expired = Sliced {
+                head: Arc::new(head.head.expired_at(now)),
+                version: head.version.clone(),
+                slice_size: head.slice_size,
+            };
+            self.store
+                .load()
+                .insert(key.to_string(), Entry::Sliced(Arc::new(expired)));
+        } else {
+            self.remove_sliced(key, head);
+        }
     }
 
     fn purge_one(&self, key: &str, object: &CachedObject, soft: bool, now: Duration) {

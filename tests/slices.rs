@@ -1,0 +1,264 @@
+//! Large objects in slices (`cache.slice_size`), against a real origin that honours ranges,
+//! both on 127.0.0.1:0: which ranges reach the origin, which slices are stored, the bytes the
+//! client gets, one version of an object, and origins that break the rules.
+
+mod support;
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use secondhit::metrics::SliceSource;
+use std::time::Duration;
+use support::origin::{self, media, TestOrigin};
+use support::proxy::{start, Http, RunningProxy};
+
+const KIB64: u64 = 65_536;
+/// Five slices of 64 KiB, the last one short.
+const SIZE: usize = 300_000;
+
+async fn sliced(o: &TestOrigin, policy: &str) -> RunningProxy {
+    let extra = format!("[cache]\nslice_size = \"64KiB\"\n[admission]\npolicy = \"{policy}\"\n");
+    start(&o.url(), &extra).await.0
+}
+
+/// `bytes=S-E` of the aligned slices `first..=last` of a `SIZE`-byte object, as the proxy asks
+/// the origin.
+fn slice_ranges(slices: std::ops::RangeInclusive<u64>) -> Vec<String> {
+    slices
+        .map(|i| {
+            let end = (i * KIB64 + KIB64 - 1).min(SIZE as u64 - 1);
+            format!("bytes={}-{end}", i * KIB64)
+        })
+        .collect()
+}
+
+/// A counter's value in the proxy's `/metrics` text.
+fn metric(p: &RunningProxy, name: &str) -> u64 {
+    let text = p.proxy.render_metrics();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+#[tokio::test]
+async fn each_slice_is_admitted_on_its_second_request_and_then_served_from_memory() {
+    let o = origin::start().await;
+    let p = sliced(&o, "second-hit").await;
+    let c = Http::new(p.addr);
+    let url = "/media/a?size=300000";
+    let want = media("/media/a", 0, SIZE);
+    for (round, x_cache) in [(1, "MISS"), (2, "MISS"), (3, "HIT")] {
+        let g = c.get(url).await;
+        assert_eq!(g.status, StatusCode::OK, "round {round}");
+        assert_eq!(g.header("content-length"), Some("300000"));
+        assert!(g.header("content-range").is_none());
+        assert_eq!(g.bytes(), &want[..], "round {round}");
+        assert_eq!(g.x_cache(), x_cache, "round {round}");
+        let fetched = o.media_ranges("/media/a");
+        match round {
+            // The first two fetch every slice by its own range: seen once, then stored.
+            1 | 2 => assert_eq!(fetched, slice_ranges(0..=4), "round {round}"),
+            _ => assert!(
+                fetched.is_empty(),
+                "round 3 reached the origin: {fetched:?}"
+            ),
+        }
+    }
+    assert_eq!(p.proxy.metrics().stores(), 5);
+    assert_eq!(p.proxy.metrics().slices(SliceSource::Memory), 5);
+    assert_eq!(p.proxy.metrics().slices(SliceSource::Origin), 10);
+    // Freshness counts from the response's Date (one-second resolution): 59 or 60 s left.
+    let hit = c.get(url).await;
+    let status = hit.header("cache-status").unwrap();
+    assert!(
+        ["59", "60"]
+            .map(|ttl| format!("secondhit; hit; detail=\"slices hit=0-4\"; ttl={ttl}"))
+            .contains(&status.to_string()),
+        "{status}"
+    );
+    // A range from memory: exactly its bytes, from two slices.
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=65000-66000")])
+        .await;
+    assert_eq!(g.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(g.header("content-range"), Some("bytes 65000-66000/300000"));
+    assert_eq!(g.header("content-length"), Some("1001"));
+    assert_eq!(g.bytes(), &want[65_000..=66_000]);
+    assert_eq!(g.x_cache(), "HIT");
+    // HEAD and a matching validator need no slice.
+    let h = c.send(Method::HEAD, url, &[]).await;
+    assert_eq!(
+        (h.status, h.header("content-length")),
+        (StatusCode::OK, Some("300000"))
+    );
+    let nm = c
+        .send(Method::GET, url, &[("if-none-match", "\"v0\"")])
+        .await;
+    assert_eq!(nm.status, StatusCode::NOT_MODIFIED);
+    assert!(o.media_ranges("/media/a").is_empty());
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_range_miss_fetches_only_the_slices_it_covers() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let c = Http::new(p.addr);
+    let url = "/media/r?size=300000";
+    let want = media("/media/r", 0, SIZE);
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=200000-210000")])
+        .await;
+    assert_eq!(g.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(
+        g.header("content-range"),
+        Some("bytes 200000-210000/300000")
+    );
+    assert_eq!(g.bytes(), &want[200_000..=210_000]);
+    assert_eq!(o.media_ranges("/media/r"), slice_ranges(3..=3));
+    // The tail: the short last slice, asked as an aligned slice and answered to the end.
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=299990-")])
+        .await;
+    assert_eq!(
+        g.header("content-range"),
+        Some("bytes 299990-299999/300000")
+    );
+    assert_eq!(g.bytes(), &want[299_990..]);
+    assert_eq!(o.media_ranges("/media/r"), slice_ranges(4..=4));
+    // The whole object now needs slices 0 to 2 only; each is then in memory.
+    let g = c.get(url).await;
+    assert_eq!(g.bytes(), &want[..]);
+    assert_eq!(g.x_cache(), "MISS");
+    // Slices 3 and 4 were in memory when the head went out, 0 to 2 were not.
+    assert_eq!(
+        g.header("cache-status"),
+        Some("secondhit; fwd=partial; detail=\"slices hit=3-4 miss=0-2\"")
+    );
+    assert_eq!(o.media_ranges("/media/r"), slice_ranges(0..=2));
+    // A suffix range is answered from the head's length once the object is known.
+    let g = c.send(Method::GET, url, &[("range", "bytes=-5")]).await;
+    assert_eq!(g.bytes(), &want[SIZE - 5..]);
+    assert_eq!(g.x_cache(), "HIT");
+    // Past the end: 416 with the length.
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=300000-")])
+        .await;
+    assert_eq!(g.status, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(g.header("content-range"), Some("bytes */300000"));
+    // Several ranges: the whole object (bounded: no fetch per range).
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=0-1,5-6,9-10")])
+        .await;
+    assert_eq!((g.status, g.bytes().len()), (StatusCode::OK, SIZE));
+    assert!(o.media_ranges("/media/r").is_empty());
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_object_of_one_slice_is_stored_whole() {
+    let o = origin::start().await;
+    let p = sliced(&o, "second-hit").await;
+    let c = Http::new(p.addr);
+    let url = "/media/small?size=1000";
+    let want = media("/media/small", 0, 1000);
+    let outcomes: Vec<String> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let g = c.get(url).await;
+            assert_eq!((g.status, g.bytes()), (StatusCode::OK, &want[..]));
+            assert_eq!(g.header("content-length"), Some("1000"));
+            v.push(g.x_cache().to_string());
+        }
+        v
+    };
+    assert_eq!(outcomes, ["DEFERRED", "MISS", "HIT"]);
+    assert_eq!(
+        o.media_ranges("/media/small"),
+        [slice_ranges(0..=0), slice_ranges(0..=0)].concat()
+    );
+    assert_eq!(p.proxy.metrics().stores(), 1);
+    // Its ranges come from the whole object.
+    let g = c.send(Method::GET, url, &[("range", "bytes=10-19")]).await;
+    assert_eq!(
+        (g.status, g.bytes()),
+        (StatusCode::PARTIAL_CONTENT, &want[10..20])
+    );
+    assert_eq!(g.x_cache(), "HIT");
+    // A range miss of a small object is stored whole as well (one slice is the object).
+    let g = c
+        .send(
+            Method::GET,
+            "/media/small2?size=1000",
+            &[("range", "bytes=10-19")],
+        )
+        .await;
+    assert_eq!(g.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(g.bytes(), &media("/media/small2", 0, 1000)[10..20]);
+    assert_eq!(g.x_cache(), "DEFERRED");
+    p.shutdown().await;
+}
+
+/// Reads a response's body frame by frame: the bytes that arrived, and whether it ended cleanly.
+async fn read_until_cut(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, Vec<u8>, bool) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut b = http::Request::builder()
+        .uri(path)
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = send
+        .send_request(b.body(http_body_util::Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), body.frame()).await {
+            Ok(Some(Ok(f))) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| d)),
+            Ok(Some(Err(_))) | Err(_) => return (status, got, false),
+            Ok(None) => return (status, got, true),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_changed_object_is_cut_rather_than_mixed_and_then_served_whole_again() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let c = Http::new(p.addr);
+    let url = "/media/v?size=300000";
+    let v0 = media("/media/v", 0, SIZE);
+    let v1 = media("/media/v", 1, SIZE);
+    // Slice 0 of version 0 is stored.
+    let g = c.send(Method::GET, url, &[("range", "bytes=0-99")]).await;
+    assert_eq!(g.bytes(), &v0[..100]);
+    o.set_version("/media/v", 1);
+    // The whole object: slice 0 from memory goes out, slice 1 comes back as version 1. The
+    // client's body is cut after version 0's bytes; never a byte of version 1.
+    let (status, got, clean) = read_until_cut(p.addr, url, &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!clean, "a response of two versions ended cleanly");
+    assert!(got.len() < SIZE);
+    assert_eq!(
+        got[..],
+        v0[..got.len()],
+        "bytes of another version were sent"
+    );
+    assert_eq!(metric(&p, "secondhit_slice_versions_changed_total"), 1);
+    // The old version is gone: the next request is version 1, whole.
+    let g = c.get(url).await;
+    assert_eq!(g.bytes(), &v1[..]);
+    p.shutdown().await;
+}
