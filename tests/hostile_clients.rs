@@ -386,3 +386,25 @@ async fn connections_per_address_are_limited_when_configured() {
     assert!(got.starts_with("HTTP/1.1 200"), "{got}");
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_does_not_hold_a_shutdown() {
+    let o = origin::start().await;
+    let (p, _) = start(
+        &o.url(),
+        "[timeouts]\nclient_header = \"1h\"\nshutdown_grace = \"1h\"\n",
+    )
+    .await;
+    let mut silent = TcpStream::connect(p.addr).await.unwrap();
+    // The connection is taken (it is waiting for its first byte) before the shutdown starts.
+    let c = Http::new(p.addr);
+    assert_eq!(c.get("/cache/s").await.status, StatusCode::OK);
+    drop(c);
+    // Without the fix the shutdown waits the header timeout (an hour) for the silent one.
+    let shut = tokio::time::timeout(Duration::from_secs(20), p.shutdown()).await;
+    assert!(
+        shut.is_ok(),
+        "a connection that never sent a byte held the shutdown"
+    );
+    assert!(closed_within(&mut silent, Duration::from_secs(5)).await);
+}

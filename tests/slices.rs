@@ -262,3 +262,238 @@ async fn a_changed_object_is_cut_rather_than_mixed_and_then_served_whole_again()
     assert_eq!(g.bytes(), &v1[..]);
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_change_found_before_the_head_goes_out_is_answered_from_the_new_version() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let c = Http::new(p.addr);
+    let url = "/media/w?size=300000";
+    let g = c.send(Method::GET, url, &[("range", "bytes=0-9")]).await;
+    assert_eq!(g.bytes(), &media("/media/w", 0, SIZE)[..10]);
+    o.set_version("/media/w", 7);
+    // Slice 2 is not stored: it comes back as version 7, before anything was sent.
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=140000-140009")])
+        .await;
+    assert_eq!(g.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(g.bytes(), &media("/media/w", 7, SIZE)[140_000..140_010]);
+    assert_eq!(g.header("etag"), Some("\"v7\""));
+    assert_eq!(metric(&p, "secondhit_slice_versions_changed_total"), 1);
+    // Version 0's slice 0 went with its head: the next read of it is version 7.
+    let g = c.send(Method::GET, url, &[("range", "bytes=0-9")]).await;
+    assert_eq!(g.bytes(), &media("/media/w", 7, SIZE)[..10]);
+    assert_eq!(
+        o.media_ranges("/media/w"),
+        [
+            slice_ranges(0..=0),
+            slice_ranges(2..=2),
+            slice_ranges(0..=0)
+        ]
+        .concat()
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_origin_that_ignores_ranges_is_answered_whole_and_never_sliced() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let c = Http::new(p.addr);
+    let url = "/media/n?size=300000&noranges=1";
+    let want = media("/media/n", 0, SIZE);
+    // A 200 to the slice's range: the client gets it whole (RFC 9110 §14.2 lets a server
+    // ignore Range), stored whole as any miss of a 300 KB object.
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=100-199")])
+        .await;
+    assert_eq!((g.status, g.bytes()), (StatusCode::OK, &want[..]));
+    assert_eq!(g.x_cache(), "MISS");
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=100-199")])
+        .await;
+    assert_eq!(
+        (g.status, g.bytes(), g.x_cache()),
+        (StatusCode::PARTIAL_CONTENT, &want[100..200], "HIT")
+    );
+    assert_eq!(o.media_ranges("/media/n").len(), 1);
+    assert_eq!(metric(&p, "secondhit_slices_total{source=\"origin\"}"), 0);
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_object_without_a_validator_is_never_stored_in_slices() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let c = Http::new(p.addr);
+    let url = "/media/nv?size=300000&novalidator=1";
+    let want = media("/media/nv", 0, SIZE);
+    // A range inside the probed slice is answered from it.
+    let g = c
+        .send(Method::GET, url, &[("range", "bytes=100-199")])
+        .await;
+    assert_eq!(
+        (g.status, g.bytes()),
+        (StatusCode::PARTIAL_CONTENT, &want[100..200])
+    );
+    assert_eq!(g.x_cache(), "BYPASS");
+    assert_eq!(o.media_ranges("/media/nv"), slice_ranges(0..=0));
+    // The whole object is forwarded as the client asked (and, 300 KB, stored whole).
+    let g = c.get(url).await;
+    assert_eq!((g.status, g.bytes()), (StatusCode::OK, &want[..]));
+    assert_eq!(
+        o.media_ranges("/media/nv"),
+        [slice_ranges(0..=0), vec!["-".into()]].concat()
+    );
+    assert_eq!(p.proxy.metrics().stores(), 1);
+    assert_eq!(metric(&p, "secondhit_slices_total{source=\"origin\"}"), 0);
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn purges_by_url_and_by_tag_remove_every_slice() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let c = Http::new(p.addr);
+    let url = "/media/p?size=300000&tag=show-1";
+    for _ in 0..2 {
+        assert_eq!(c.get(url).await.bytes().len(), SIZE);
+    }
+    assert_eq!(o.media_ranges("/media/p"), slice_ranges(0..=4));
+    let purge = format!("/purge?url=http://{}{url}", p.addr).replace('&', "%26");
+    let (status, _) = support::proxy::admin(p.admin_addr, &purge, true).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(c.get(url).await.bytes(), &media("/media/p", 0, SIZE)[..]);
+    assert_eq!(o.media_ranges("/media/p"), slice_ranges(0..=4));
+    let (status, _) = support::proxy::admin(p.admin_addr, "/purge?tag=show-1", true).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(c.get(url).await.x_cache(), "MISS");
+    assert_eq!(o.media_ranges("/media/p"), slice_ranges(0..=4));
+    assert_eq!(c.get(url).await.x_cache(), "HIT");
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_206_for_another_range_or_of_another_length_is_a_broken_origin() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let c = Http::new(p.addr);
+    for lie in ["range", "long"] {
+        let url = format!("/media/lie-{lie}?size=300000&lie={lie}");
+        let g = c.get(&url).await;
+        assert_eq!(g.status, StatusCode::BAD_GATEWAY, "lie={lie}");
+        let g = c
+            .send(Method::GET, &url, &[("range", "bytes=70000-")])
+            .await;
+        assert_eq!(g.status, StatusCode::BAD_GATEWAY, "lie={lie}");
+    }
+    assert_eq!(p.proxy.metrics().stores(), 0);
+    assert_eq!(
+        metric(&p, "secondhit_origin_errors_total{kind=\"body\"}"),
+        4
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stale_head_is_confirmed_by_one_slice_and_the_others_are_kept() {
+    let o = origin::start().await;
+    let (p, clock) = start(
+        &o.url(),
+        "[cache]\nslice_size = \"64KiB\"\n[admission]\npolicy = \"admit-all\"\n",
+    )
+    .await;
+    let c = Http::new(p.addr);
+    let url = "/media/s?size=300000&cc=max-age%3D10";
+    assert_eq!(c.get(url).await.bytes().len(), SIZE);
+    assert_eq!(o.media_ranges("/media/s"), slice_ranges(0..=4));
+    clock.advance(std::time::Duration::from_secs(30));
+    let g = c.get(url).await;
+    assert_eq!(g.bytes(), &media("/media/s", 0, SIZE)[..]);
+    // One range confirmed the version; slices 1 to 4 came from memory.
+    assert_eq!(o.media_ranges("/media/s"), slice_ranges(0..=0));
+    assert_eq!(g.header("age"), Some("0"));
+    let g = c.get(url).await;
+    assert_eq!(g.x_cache(), "HIT");
+    assert!(o.media_ranges("/media/s").is_empty());
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn requests_for_one_slice_make_one_origin_request() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let url = "/media/c?size=300000";
+    let gate = o.hold(url);
+    let send = |range: &'static str| {
+        let c = Http::new(p.addr);
+        tokio::spawn(async move { c.send(Method::GET, url, &[("range", range)]).await })
+    };
+    let leader = send("bytes=70000-70099");
+    gate.arrivals(1).await;
+    let follower = send("bytes=80000-80099");
+    let want = "secondhit_coalescing_waiters 1\n";
+    let mut waited = false;
+    for _ in 0..2000 {
+        if p.proxy.render_metrics().contains(want) {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        waited,
+        "the second request never waited on the first's slice"
+    );
+    gate.open();
+    let (a, b) = (leader.await.unwrap(), follower.await.unwrap());
+    let bytes = media("/media/c", 0, SIZE);
+    assert_eq!(a.bytes(), &bytes[70_000..70_100]);
+    assert_eq!(b.bytes(), &bytes[80_000..80_100]);
+    assert_eq!(o.media_ranges("/media/c"), slice_ranges(1..=1));
+    assert_eq!(
+        metric(&p, "secondhit_slices_total{source=\"collapsed\"}"),
+        1
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_go_to_flash_and_rebuild_their_head_after_a_restart() {
+    let d = std::env::temp_dir().join(format!("secondhit-slices-it-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let o = origin::start().await;
+    // Memory holds two slices (lab mode weighs bodies only); what it evicts goes to flash.
+    let extra = format!(
+        "[admission]\npolicy = \"admit-all\"\ndisk = \"admit-all\"\n\
+         [cache]\ncapacity = \"140KB\"\nlab_mode = true\nslice_size = \"64KiB\"\n\
+         [cache.disk]\ndir = \"{}\"\ncapacity = \"4MiB\"\nblock_size = \"1MiB\"",
+        d.display()
+    );
+    let url = "/media/f?size=300000";
+    let want = media("/media/f", 0, SIZE);
+    let host = [("host", "edge.test")];
+    let (p, _) = start(&o.url(), &extra).await;
+    let c = Http::new(p.addr);
+    assert_eq!(c.send(Method::GET, url, &host).await.bytes(), &want[..]);
+    let g = c.send(Method::GET, url, &host).await;
+    assert_eq!(g.bytes(), &want[..]);
+    assert_eq!(o.media_ranges("/media/f"), slice_ranges(0..=4));
+    assert!(p.proxy.metrics().slices(SliceSource::Disk) >= 3);
+    p.shutdown().await;
+    // A new process: memory is empty, the head is gone; a slice on flash rebuilds it.
+    let (p, _) = start(&o.url(), &extra).await;
+    let c = Http::new(p.addr);
+    let g = c
+        .send(
+            Method::GET,
+            url,
+            &[("host", "edge.test"), ("range", "bytes=0-")],
+        )
+        .await;
+    assert_eq!(g.bytes(), &want[..]);
+    assert_eq!(g.x_cache(), "HIT");
+    assert!(o.media_ranges("/media/f").is_empty());
+    p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -432,7 +432,7 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
         }
         // A large object that honours single ranges: `size` bytes of [`media`] at the path's
         // version (`TestOrigin::set_version`), ETag `"vN"`. The query: `cc=` Cache-Control
-        // (default `max-age=60`), `noranges=1` answers 200 whole, `novalidator=1` sends no ETag
+        // (default `max-age=60`), `tag=` Surrogate-Key, `noranges=1` answers 200 whole, `novalidator=1` sends no ETag
         // or Last-Modified, `lie=range` answers a range with the next one (and says so), `lie=long`
         // sends one byte more than its Content-Range. Every request's Range is recorded.
         "media" => {
@@ -460,6 +460,9 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
                 "cache-control",
                 param(&req, "cc").unwrap_or_else(|| "max-age=60".into()),
             );
+            if let Some(tag) = param(&req, "tag") {
+                b = b.header("surrogate-key", tag);
+            }
             if param(&req, "novalidator").is_none() {
                 b = b
                     .header("etag", format!("\"v{version}\""))

@@ -304,6 +304,12 @@ impl DiskTier {
         Written::Queued
     }
 
+    /// Whether the disk may hold an object under `key` (its index says so; a hash collision can
+    /// make this true for a key it does not hold): no read.
+    pub fn may_hold(&self, key: &str) -> bool {
+        self.cache.contains(key)
+    }
+
     /// The object stored under `key`, if the disk has it whole.
     pub async fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
         let started = Instant::now();

@@ -307,6 +307,10 @@ async fn serve_with_slots<H, Fut>(
         let watcher = graceful.watcher();
         let handler = handler.clone();
         let tls = tls.clone();
+        // A connection that has not sent its first byte (or finished its TLS handshake) is
+        // closed at once on shutdown: its graceful watcher would otherwise hold the shutdown
+        // for the whole header timeout.
+        let mut stop = stopped.clone();
         tokio::spawn(async move {
             // Both held until the connection ends.
             let _slot = (permit, registered);
@@ -320,6 +324,7 @@ async fn serve_with_slots<H, Fut>(
                 let sent = tokio::select! {
                     r = tokio::time::timeout(wait, stream.peek(&mut probe)) => matches!(r, Ok(Ok(_))),
                     _ = &mut evicted => false,
+                    _ = stopped_signal(&mut stop) => false,
                 };
                 if !sent {
                     tracing::debug!(%peer, "no request within the header timeout; closed");
@@ -347,6 +352,7 @@ async fn serve_with_slots<H, Fut>(
                     let handshake = tokio::select! {
                         r = tokio::time::timeout(wait, acceptor.accept(io)) => Some(r),
                         _ = &mut evicted => None,
+                        _ = stopped_signal(&mut stop) => None,
                     };
                     match handshake {
                         Some(Ok(Ok(tls_stream))) => {

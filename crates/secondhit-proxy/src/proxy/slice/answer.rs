@@ -256,10 +256,9 @@ impl Proxy {
         {
             let store = self.store.load();
             for i in i0 + 1..=i1 {
-                let held = matches!(
-                    store.cache().get(&slice_key(&ctx.primary, i)),
-                    Some(Entry::Object(o)) if ctx.head.holds(&o, i)
-                );
+                let key = slice_key(&ctx.primary, i);
+                let held = matches!(store.cache().get(&key), Some(Entry::Object(o)) if ctx.head.holds(&o, i))
+                    || self.disk().is_some_and(|d| d.tier.may_hold(&key));
                 if held {
                     hits.push(i);
                 } else {
@@ -302,6 +301,9 @@ impl Proxy {
                             }
                         }
                         Err(e) => {
+                            if let SliceError::Fetch(f) = e {
+                                proxy.count_fetch_failure(f);
+                            }
                             cut(&tx, e).await;
                             return;
                         }

@@ -143,7 +143,6 @@ impl Proxy {
         }
         let broken = |why: &str| {
             tracing::warn!(origin = %target.origin, why, "a broken slice from the origin");
-            self.metrics.origin_error(OriginError::Body);
             SliceError::Fetch(FetchError::Origin(OriginError::Body))
         };
         let (mut parts, mut body) = response.into_parts();
