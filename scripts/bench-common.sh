@@ -82,6 +82,48 @@ http {
 NGINX
 }
 
+# The peer for large objects: nginx_cache_conf's cache with nginx's slice module in front, as
+# its documentation sets it up: each 1 MiB slice a subrequest with its own cache key
+# ($slice_range) and its own Range to the origin, stored on its $4-th request, at most $5 bytes
+# in $2/nginx-cache; listening on 127.0.0.1:$3, pid in file $6.
+nginx_slice_conf() {
+  local conf=$1 dir=$2 port=$3 min_uses=$4 max_size=$5 pid=$6
+  mkdir -p "$dir/nginx-cache" "$dir/logs"
+  chmod 777 "$dir/nginx-cache"
+  cat > "$conf" <<NGINX
+worker_processes ${NGINX_WORKERS:-2};
+pid $pid;
+error_log $dir/logs/nginx-slice-$port.log warn;
+worker_rlimit_nofile 65536;
+events { worker_connections 8192; }
+http {
+  access_log ${NGINX_LOG:-off};
+  sendfile on;
+  keepalive_requests 1000000;
+  proxy_cache_path $dir/nginx-cache levels=1:2 keys_zone=c:512m max_size=$max_size inactive=1d
+                   use_temp_path=off manager_files=100000 manager_sleep=10ms manager_threshold=1000ms;
+  upstream origin { server 127.0.0.1:${ORIGIN_PORT:-18081}; keepalive 64; }
+  server {
+    listen 127.0.0.1:$port backlog=4096;
+    location / {
+      slice 1m;
+      proxy_cache c;
+      proxy_cache_key \$uri\$is_args\$args\$slice_range;
+      proxy_set_header Range \$slice_range;
+      proxy_cache_valid 200 206 1d;
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_cache_min_uses $min_uses;
+      proxy_cache_lock on;
+      proxy_max_temp_file_size 0;
+      add_header X-Cache \$upstream_cache_status;
+    }
+  }
+}
+NGINX
+}
+
 # User + system CPU ticks of the processes (a process gone is skipped: nginx's cache loader
 # exits after a minute).
 stat_ticks() {  # awk expression over /proc/<pid>/stat fields, then pids: the sum

@@ -70,6 +70,7 @@ async fn live_replay_equals_the_simulation() {
                     nodes: Default::default(),
                     disk: None,
                     decompose: true,
+                    slice_size: None,
                 },
                 &Quiet,
             )
@@ -86,6 +87,106 @@ async fn live_replay_equals_the_simulation() {
             "{name}"
         );
     }
+}
+
+/// `serve --slice-size` against `simulate --slice-size`: a media trace (ranges over objects of
+/// 20 KB to 2 MB, slices of 64 KiB, some objects of one slice) replayed at concurrency 1 through
+/// the proxy in lab mode; every slice the simulator misses is one origin request of its length,
+/// and the writes are the simulator's admissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_sliced_replay_equals_the_simulation() {
+    use secondhit::config::Config;
+    use secondhit::trace::synth::{Ranges, Spec};
+    let path =
+        std::env::temp_dir().join(format!("secondhit-media-{}.ranges.csv", std::process::id()));
+    let spec = Spec {
+        objects: 400,
+        requests: 3_000,
+        alpha: 0.9,
+        one_time_share: 0.3,
+        sizes: "lognormal:200000:1.0".parse().unwrap(),
+        seed: 5,
+        min_size: 20_000,
+        max_size: 2_000_000,
+        ..Spec::default()
+    };
+    let ranges = Ranges {
+        min: 50_000,
+        max: 300_000,
+        skew: 2.0,
+    };
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    spec.write_media(ranges, &mut out).unwrap();
+    drop(out);
+    let slice: u64 = 64 << 10;
+    let capacity: u64 = 8 << 20;
+    let origin = origin_server::start(origin_server::OriginOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_age: 86_400,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for policy in [Policy::AdmitAll, Policy::SecondHit] {
+        let mut config = support::lab_config(origin.addr, capacity, policy);
+        config.cache.slice_size = slice;
+        let config = Config::validate(config).unwrap();
+        let proxy = secondhit::server::start(
+            config,
+            std::sync::Arc::new(secondhit::clock::SystemClock::new()),
+        )
+        .await
+        .unwrap();
+        let mut ro = replay::ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
+        ro.concurrency = 1;
+        ro.origin_stats = format!("http://{}/_stats", origin.addr).parse().ok();
+        let live = replay::run(trace::open(&path, None).unwrap(), &ro, &Quiet)
+            .await
+            .unwrap();
+        let writes = proxy.proxy.metrics().stores();
+        proxy.shutdown().await;
+        assert_eq!(
+            (live.requests, live.errors, live.corrupted),
+            (3_000, 0, 0),
+            "{policy}"
+        );
+        let options = sim::Options {
+            policies: vec![policy],
+            evictions: vec![Eviction::Lru],
+            store: StoreKind::Moka,
+            capacities: Capacities::Bytes(vec![capacity]),
+            settings: Settings {
+                window: None,
+                ..Settings::default()
+            },
+            threads: 1,
+            decompose: false,
+            slice_size: Some(slice),
+            ..sim::Options::default()
+        };
+        let predicted = &sim::run(&trace::Source::file(&path, None), &options, &Quiet)
+            .unwrap()
+            .results[0];
+        let misses = predicted.requests - predicted.hits;
+        assert_eq!(
+            live.origin_requests,
+            Some(misses),
+            "{policy}: slices missed"
+        );
+        assert_eq!(
+            live.origin_bytes,
+            Some(predicted.origin_bytes),
+            "{policy}: origin bytes"
+        );
+        assert_eq!(writes, predicted.admissions, "{policy}: writes");
+        assert!(
+            predicted.hits > 1_000,
+            "{policy}: a trace that tests little ({} hits)",
+            predicted.hits
+        );
+    }
+    origin.shutdown().await;
+    let _ = std::fs::remove_file(&path);
 }
 
 #[tokio::test]

@@ -265,6 +265,7 @@ fn results_are_the_same_on_every_run_and_thread_count() {
         nodes: Default::default(),
         disk: None,
         decompose: true,
+        slice_size: None,
     };
     let strip = |r: Report| {
         r.results
@@ -332,6 +333,7 @@ fn a_sampled_run_estimates_the_full_runs_hit_ratios() {
         sizes: "lognormal:8192:1.5".parse().unwrap(),
         rate: 1000.0,
         seed: 3,
+        ..Spec::default()
     };
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     spec.write(OutputFormat::OracleGeneral, &mut out).unwrap();

@@ -84,6 +84,7 @@ fn explicit_format_overrides_the_name() {
         time: Some(1),
         key: 2,
         size: Some(3),
+        range: None,
         header: false,
     };
     let s = summary(&bundled("request.trace.xz"), Some(&Format::Csv(spec)));

@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
         Format::Cache2k,
         Format::TencentPhoto,
         Format::Csv(CsvSpec::default()),
-        Format::Csv(CsvSpec { delimiter: b' ', time: None, key: 1, size: Some(2), header: true }),
+        Format::Csv(CsvSpec { delimiter: b' ', time: None, key: 1, size: Some(2), range: Some(3), header: true }),
     ];
     for f in &formats {
         let bytes: Box<dyn std::io::BufRead + Send> = Box::new(std::io::Cursor::new(data.to_vec()));

@@ -73,7 +73,8 @@ pub(crate) struct TraceInput {
     #[arg(long)]
     pub(crate) format: Option<String>,
     /// For --format csv: which 1-based columns hold the fields, e.g. "time=1,key=2,size=3"
-    /// (leave out time or size for none: index and 1).
+    /// (leave out time or size for none: index and 1); add "range=4" for a column of byte ranges
+    /// asked ("FIRST-LAST", "FIRST-", or empty for the whole object).
     #[arg(long, default_value = "time=1,key=2,size=3")]
     pub(crate) csv_columns: String,
     /// For --format csv: the field separator (one character; "tab" for a tab).
@@ -353,6 +354,12 @@ pub(crate) struct SimulateArgs {
     /// the report has no hits lost and gained against admit-all).
     #[arg(long)]
     pub(crate) no_decompose: bool,
+    /// Predict `serve --slice-size SIZE`: each request becomes the aligned slices of SIZE bytes
+    /// it covers (its range, from a trace that has them, else the whole object), each admitted
+    /// and stored on its own; an object of one slice or less stays whole. Counts, sizes and the
+    /// working set are then in slices. 0: off.
+    #[arg(long, value_parser = parse_bytes, value_name = "SIZE", default_value = "0")]
+    pub(crate) slice_size: u64,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -451,8 +458,29 @@ pub(crate) struct GenTraceArgs {
     pub(crate) out: PathBuf,
     /// Output format: webcachesim (text) or oracle-general (binary). Default: oracle-general if
     /// the name contains "oracleGeneral", else webcachesim.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "media")]
     pub(crate) format: Option<String>,
+    /// A media trace: large objects (by default log-normal sizes of median 100 MiB between
+    /// 20 MiB and 2 GiB), each request a byte range (--range-min to --range-max long, starting
+    /// nearer the beginning), written as "time,key,size,range" CSV: name it *.ranges.csv (.gz,
+    /// .zst) so that simulate and replay read its ranges.
+    #[arg(long)]
+    pub(crate) media: bool,
+    /// Shortest range of a media trace (bytes or with a unit).
+    #[arg(long, value_parser = parse_bytes, default_value = "1MiB", requires = "media")]
+    pub(crate) range_min: u64,
+    /// Longest range of a media trace.
+    #[arg(long, value_parser = parse_bytes, default_value = "8MiB", requires = "media")]
+    pub(crate) range_max: u64,
+    /// How strongly a media trace's ranges start near the beginning (1: anywhere alike).
+    #[arg(long, default_value_t = 3.0, requires = "media")]
+    pub(crate) range_skew: f64,
+    /// Raise sizes drawn below this (default: 1 byte; 20 MiB with --media).
+    #[arg(long, value_parser = parse_bytes)]
+    pub(crate) min_size: Option<u64>,
+    /// Lower sizes drawn above this (default: 4 GiB less 1 byte; 2 GiB with --media).
+    #[arg(long, value_parser = parse_bytes)]
+    pub(crate) max_size: Option<u64>,
     /// Objects with Zipf popularity.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) objects: u64,
@@ -465,9 +493,10 @@ pub(crate) struct GenTraceArgs {
     /// Share of requests that go to fresh objects requested only once, in [0, 1).
     #[arg(long, default_value_t = 0.3)]
     pub(crate) one_time_share: f64,
-    /// Object sizes: fixed:N, lognormal:MEDIAN:SIGMA or pareto:SCALE:SHAPE (bytes).
-    #[arg(long, default_value = "lognormal:8192:1.5")]
-    pub(crate) sizes: String,
+    /// Object sizes: fixed:N, lognormal:MEDIAN:SIGMA or pareto:SCALE:SHAPE (bytes). Default:
+    /// lognormal:8192:1.5; with --media lognormal:104857600:1.2.
+    #[arg(long)]
+    pub(crate) sizes: Option<String>,
     /// Requests per second of trace time.
     #[arg(long, default_value_t = 1000.0)]
     pub(crate) rate: f64,

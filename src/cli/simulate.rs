@@ -84,6 +84,9 @@ fn common_words(args: &SimulateArgs, exe: &Path) -> Vec<String> {
     for (name, value) in tier_and_cluster_options(args) {
         opt(name, value);
     }
+    if args.slice_size > 0 {
+        opt("slice-size", args.slice_size.to_string());
+    }
     if args.input.csv_header {
         common.push("--csv-header".into());
     }
@@ -244,6 +247,7 @@ pub(crate) fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             write_rate: args.disk_write_rate,
         }),
         decompose: !args.no_decompose,
+        slice_size: (args.slice_size > 0).then_some(args.slice_size),
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),

@@ -137,20 +137,48 @@ pub(crate) fn gen_trace(args: GenTraceArgs) -> anyhow::Result<()> {
         }
         None => synth::OutputFormat::Webcachesim,
     };
+    let (sizes, min, max) = match args.media {
+        true => ("lognormal:104857600:1.2", 20 << 20, 2 << 30),
+        false => ("lognormal:8192:1.5", 1, u64::from(u32::MAX)),
+    };
+    let clamp = |v: Option<u64>, default: u64, flag: &str| -> anyhow::Result<u32> {
+        let v = v.unwrap_or(default);
+        u32::try_from(v).map_err(|_| {
+            anyhow::anyhow!(
+                "--{flag} {v}: at most 4 GiB less 1 byte (the largest size a trace record holds)"
+            )
+        })
+    };
     let spec = synth::Spec {
         objects: args.objects,
         requests: args.requests,
         alpha: args.alpha,
         one_time_share: args.one_time_share,
-        sizes: args.sizes.parse().map_err(anyhow::Error::msg)?,
+        sizes: args
+            .sizes
+            .as_deref()
+            .unwrap_or(sizes)
+            .parse()
+            .map_err(anyhow::Error::msg)?,
         rate: args.rate,
         seed: args.seed,
+        min_size: clamp(args.min_size, min, "min-size")?,
+        max_size: clamp(args.max_size, max, "max-size")?,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut out = create_output(&args.out)?;
-    let n = spec
-        .write(format, &mut out)
-        .with_context(|| format!("writing {}", args.out.display()))?;
+    let written = if args.media {
+        let ranges = synth::Ranges {
+            min: args.range_min,
+            max: args.range_max,
+            skew: args.range_skew,
+        };
+        ranges.validate().map_err(anyhow::Error::msg)?;
+        spec.write_media(ranges, &mut out)
+    } else {
+        spec.write(format, &mut out)
+    };
+    let n = written.with_context(|| format!("writing {}", args.out.display()))?;
     drop(out);
     eprintln!(
         "wrote {} requests to {}",

@@ -96,6 +96,21 @@ const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "media",
+        title: "Large objects in slices: a media trace through secondhit and nginx's slice module",
+        peer: "nginx slice 1m, proxy_cache on disk, proxy_cache_min_uses 2",
+        script: "scripts/bench-media.sh",
+        knobs: &[
+            "OBJECTS",
+            "ONE_TIME_SHARE",
+            "MEMORY",
+            "DISK",
+            "PROFILE",
+            "MEDIA_RUNS",
+            "BENCH_DIR",
+        ],
+    },
+    Suite {
         name: "simulate",
         title: "The simulator against libCacheSim: speed and agreement",
         peer: "libCacheSim (PyPI libcachesim, C core)",

@@ -198,6 +198,7 @@ async fn predict(
         nodes: sim::Nodes::default(),
         disk: None,
         decompose: false,
+        slice_size: None,
     };
     let predicted = tokio::task::spawn_blocking({
         let source = source.clone();

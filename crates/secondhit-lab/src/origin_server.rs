@@ -69,7 +69,8 @@ pub struct OriginOptions {
     pub max_age: u64,
     /// Size when the request has no `?size=`.
     pub default_size: u64,
-    /// Largest size served (bigger requests get 413).
+    /// Largest size served (bigger requests get 413): by default the largest a trace record
+    /// holds (4 GiB less 1 byte), as media traces reach 2 GiB.
     pub max_size: u64,
     /// Fixed delay before the response headers.
     pub latency: Duration,
@@ -93,7 +94,7 @@ impl Default for OriginOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             max_age: 3600,
             default_size: 1024,
-            max_size: 1 << 30,
+            max_size: u64::from(u32::MAX),
             latency: Duration::ZERO,
             error_rate: 0.0,
             reset_rate: 0.0,

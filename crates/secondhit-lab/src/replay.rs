@@ -2,7 +2,8 @@
 //!
 //! Each request becomes `GET <target>/k/<32 hex digits of the key hash>?size=<bytes>`, the URL
 //! form `secondhit origin` serves, so a cache in front of that origin can be checked byte for
-//! byte. Hits are read from `X-Cache: HIT` and, for caches that send no such header (nginx,
+//! byte; a request with a range (a trace's `range` column) carries it as `Range: bytes=A-B` and
+//! must be answered 206 with exactly those bytes (its requested and hit bytes are the range's). Hits are read from `X-Cache: HIT` and, for caches that send no such header (nginx,
 //! Varnish), from the origin's own counters (`/_stats`). At concurrency 1 the requests go in
 //! trace order, one at a time.
 
@@ -547,8 +548,9 @@ impl Worker {
             let measured = i >= s.options.warmup;
             let path = path_of(&r);
             let url = format!("{}{path}?size={}", s.target, r.size);
+            let asked = Asked::of(&r);
             let sent = Instant::now();
-            let outcome = fetch(&s.client, &url, &path, r.size, s.options.timeout).await;
+            let outcome = fetch(&s.client, &url, &path, asked, s.options.timeout).await;
             let us = u64::try_from(sent.elapsed().as_micros())
                 .unwrap_or(u64::MAX)
                 .max(1);
@@ -557,7 +559,7 @@ impl Worker {
                 s.warm_done.fetch_add(1, Relaxed);
                 continue;
             }
-            t.record(r.size, outcome, us);
+            t.record(asked.len(), outcome, us);
         }
         t
     }
@@ -631,17 +633,56 @@ async fn futures_join(
     Ok(out)
 }
 
+/// What a trace request asks of its object: the whole of it, or one byte range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asked {
+    Whole(u64),
+    /// First and last byte (inclusive), within the object.
+    Range(u64, u64),
+    /// A range that starts at this byte, past the object's end: a 416 is the right answer.
+    Past(u64),
+}
+
+impl Asked {
+    fn of(r: &TraceRequest) -> Asked {
+        match r.range {
+            None => Asked::Whole(r.size),
+            Some((first, _)) if first >= r.size => Asked::Past(first),
+            Some((first, last)) => Asked::Range(first, last.min(r.size - 1)),
+        }
+    }
+
+    /// Bytes asked.
+    fn len(self) -> u64 {
+        match self {
+            Asked::Whole(n) => n,
+            Asked::Range(a, b) => b - a + 1,
+            Asked::Past(_) => 0,
+        }
+    }
+}
+
 /// One request: `Ok((x-cache value, body verified))` or `Err(kind of failure)`.
 async fn fetch(
     client: &Client<HttpConnector, Empty<Bytes>>,
     url: &str,
     path: &str,
-    size: u64,
+    asked: Asked,
     timeout: Duration,
 ) -> Result<(String, bool), Failure> {
     let uri: Uri = url.parse().map_err(|_| Failure::Url)?;
+    let mut request = http::Request::get(uri);
+    let range = match asked {
+        Asked::Whole(_) => None,
+        Asked::Range(first, last) => Some(format!("bytes={first}-{last}")),
+        Asked::Past(first) => Some(format!("bytes={first}-")),
+    };
+    if let Some(spec) = range {
+        request = request.header(http::header::RANGE, spec);
+    }
+    let request = request.body(Empty::new()).map_err(|_| Failure::Url)?;
     let work = async {
-        let resp = client.get(uri).await.map_err(|e| {
+        let resp = client.request(request).await.map_err(|e| {
             if e.is_connect() {
                 Failure::Connect
             } else {
@@ -666,10 +707,18 @@ async fn fetch(
             .await
             .map_err(|_| Failure::Body)?
             .to_bytes();
-        if status != StatusCode::OK {
+        let (want, offset) = match asked {
+            Asked::Whole(n) => (StatusCode::OK, (n, 0)),
+            Asked::Range(a, b) => (StatusCode::PARTIAL_CONTENT, (b - a + 1, a)),
+            Asked::Past(_) => (StatusCode::RANGE_NOT_SATISFIABLE, (0, 0)),
+        };
+        if status != want {
             return Err(Failure::Status(status.as_u16()));
         }
-        Ok((x_cache, body.len() as u64 == size && verify(path, 0, &body)))
+        let (len, offset) = offset;
+        let verified = want == StatusCode::RANGE_NOT_SATISFIABLE
+            || (body.len() as u64 == len && verify(path, offset, &body));
+        Ok((x_cache, verified))
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,

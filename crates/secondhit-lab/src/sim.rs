@@ -35,6 +35,7 @@ pub use tiers::{DiskOptions, DiskResult, DiskSpec, TierCounts, TwoTier};
 use crate::admission::{PolicyError, Settings};
 use crate::store::Eviction;
 use crate::trace::convert::{carried_next_accesses, next_accesses};
+use crate::trace::slices::Slices;
 use crate::trace::stats::{self, Collector, TraceStats};
 use crate::trace::{Request, Source, TraceError};
 use runner::Runner;
@@ -492,6 +493,24 @@ fn join_workers(
 /// pass collected it, and the admission state kept.
 type Simulated = (Vec<RunResult>, Option<TraceStats>, Option<Vec<u8>>);
 
+/// One of two iterators of the same items (the trace whole, or cut into slices).
+enum Either<A, B> {
+    Whole(A),
+    Sliced(B),
+}
+
+impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            Either::Whole(a) => a.next(),
+            Either::Sliced(b) => b.next(),
+        }
+    }
+}
+
 /// The passes of one simulation over its trace: each opens it afresh, limited and sampled as the
 /// options say.
 struct Passes<'a> {
@@ -517,18 +536,24 @@ impl<'a> Passes<'a> {
         }
     }
 
-    /// The trace from its start: its first `limit` requests, and of those only the sampled ones.
+    /// The trace from its start: its first `limit` requests, of those only the sampled ones,
+    /// each cut into the slices it covers when slicing.
     fn open(&self) -> Result<impl Iterator<Item = Result<Request, TraceError>> + '_, TraceError> {
         let (limit, rate, unsampled) = (self.limit, self.options.sample, &self.unsampled);
         unsampled.store(0, Relaxed);
+        let slice_size = self.options.slice_size;
         self.source.open().map(move |r| {
-            r.take(limit).filter(move |r| match (rate, r) {
+            let kept = r.take(limit).filter(move |r| match (rate, r) {
                 (Some(rate), Ok(r)) => {
                     unsampled.fetch_add(1, Relaxed);
                     sampled(r.key, rate)
                 }
                 _ => true,
-            })
+            });
+            match slice_size {
+                Some(size) => Either::Sliced(Slices::new(kept, size)),
+                None => Either::Whole(kept),
+            }
         })
     }
 
@@ -580,8 +605,8 @@ impl<'a> Passes<'a> {
         }
         // Belady's policies read each request's next access: an oracleGeneral file may carry them
         // (read as libCacheSim does, when consistent); otherwise one more pass computes them all.
-        let carried = match (self.source.path(), options.sample) {
-            (Some(path), None) if self.source.format_name() == "oracle-general" => {
+        let carried = match (self.source.path(), options.sample, options.slice_size) {
+            (Some(path), None, None) if self.source.format_name() == "oracle-general" => {
                 carried_next_accesses(path, options.limit.unwrap_or(u64::MAX))?
             }
             _ => None,
@@ -703,6 +728,7 @@ mod tests {
     fn keys_are_counted_per_window_on_a_grid_from_the_first_request() {
         let at = |secs: u64, key: u64| {
             Ok(Request {
+                range: None,
                 time: Duration::from_secs(secs),
                 key: KeyHash::of_u64(key),
                 size: 1,

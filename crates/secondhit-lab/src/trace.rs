@@ -7,13 +7,15 @@
 //! * A malformed or truncated record is a [`TraceError`] naming the file, the line or byte
 //!   offset, and what was wrong; readers never panic on any input.
 //! * [`synth`] writes seeded synthetic traces; [`stats`] summarises a trace; [`convert`] computes
-//!   next-access times and rewrites any trace as `oracleGeneral` (`trace-convert`).
+//!   next-access times and rewrites any trace as `oracleGeneral` (`trace-convert`); [`slices`]
+//!   turns requests into the slices a sliced cache looks up (`simulate --slice-size`).
 
 mod cache2k;
 pub mod convert;
 mod csv;
 pub mod distance;
 pub(crate) mod oracle;
+pub mod slices;
 pub mod stats;
 pub mod synth;
 mod tencent;
@@ -44,6 +46,10 @@ pub struct Request {
     /// it: libCacheSim hashes object ids there, so on an oracleGeneral trace the sketch's
     /// collisions are libCacheSim's.
     pub id: u64,
+    /// The bytes asked for, first and last (inclusive; `u64::MAX`: to the end), when the
+    /// request was a `Range` request (the `csv` format's `range` column); `None`: the whole
+    /// object. What `simulate --slice-size` turns into slices and `replay` sends as `Range`.
+    pub range: Option<(u64, u64)>,
 }
 
 /// What went wrong reading a trace. Every variant names the file.
@@ -159,6 +165,8 @@ impl Format {
         } else if name == "request.trace" || name.ends_with(".tr") || name.ends_with(".webcachesim")
         {
             Some(Format::Webcachesim)
+        } else if name.ends_with(".ranges.csv") {
+            Some(Format::Csv(CsvSpec::with_ranges()))
         } else if name.ends_with(".csv") {
             Some(Format::Csv(CsvSpec::default()))
         } else {

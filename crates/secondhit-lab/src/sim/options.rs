@@ -52,6 +52,10 @@ pub struct Options {
     /// and count the hits each lost and gained against it
     /// ([`RunResult::hits_lost`](super::RunResult::hits_lost)). Default: on.
     pub decompose: bool,
+    /// Predict `serve --slice-size`: each request becomes the slices of this many bytes it
+    /// covers ([`Slices`](crate::trace::slices::Slices)); the trace's summary, the working
+    /// set and every count are then in slices. `None`: whole objects.
+    pub slice_size: Option<u64>,
 }
 
 impl Default for Options {
@@ -72,6 +76,7 @@ impl Default for Options {
             nodes: Nodes::default(),
             disk: None,
             decompose: true,
+            slice_size: None,
         }
     }
 }

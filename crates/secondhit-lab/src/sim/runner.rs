@@ -435,6 +435,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &k)| Request {
+                range: None,
                 time: Duration::from_secs(i as u64),
                 key: KeyHash::of_u64(k),
                 size: 1,

@@ -37,6 +37,7 @@ impl Iterator for Reader {
         let time = Duration::from_secs(self.index);
         self.index += 1;
         Some(Ok(Request {
+            range: None,
             time,
             // The key's bits as an unsigned value: negative keys stay distinct.
             key: KeyHash::of_u64(u64::from(key as u32)),

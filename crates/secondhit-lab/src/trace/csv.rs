@@ -1,6 +1,9 @@
-//! Generic delimited text: the user names which 1-based columns hold the time, the key and the
-//! size. Without a time column the request's index is the time; without a size column every
-//! size is 1. The key is the column's text.
+//! Generic delimited text: the user names which 1-based columns hold the time, the key, the
+//! size and, optionally, the byte range asked. Without a time column the request's index is the
+//! time; without a size column every size is 1. The key is the column's text. A range is
+//! `FIRST-LAST` or `FIRST-` (to the end), as in an HTTP `Range: bytes=` field; empty or `-`
+//! for the whole object. A file named `*.ranges.csv` reads `time,key,size,range` by default
+//! (what `gen-trace --media` writes).
 
 use super::{Lines, Request, TraceError};
 use crate::hash::KeyHash;
@@ -20,6 +23,9 @@ pub struct CsvSpec {
     pub key: usize,
     /// 1-based column of the size in bytes; `None`: 1.
     pub size: Option<usize>,
+    /// 1-based column of the byte range asked (`FIRST-LAST`, `FIRST-`, or empty); `None`:
+    /// every request is for the whole object.
+    pub range: Option<usize>,
     /// Skip the first line.
     pub header: bool,
 }
@@ -33,7 +39,18 @@ impl Default for CsvSpec {
             time: Some(1),
             key: 2,
             size: Some(3),
+            range: None,
             header: false,
+        }
+    }
+}
+
+impl CsvSpec {
+    /// `time,key,size,range` in columns 1 to 4 (`*.ranges.csv`, `gen-trace --media`).
+    pub fn with_ranges() -> CsvSpec {
+        CsvSpec {
+            range: Some(4),
+            ..CsvSpec::default()
         }
     }
 }
@@ -41,12 +58,13 @@ impl Default for CsvSpec {
 impl FromStr for CsvSpec {
     type Err = String;
 
-    /// Parses `time=1,key=2,size=3` (any order; leave out `time` or `size`, or set it to 0, for
-    /// none). The delimiter and header keep their defaults.
+    /// Parses `time=1,key=2,size=3[,range=4]` (any order; leave out `time`, `size` or `range`,
+    /// or set it to 0, for none). The delimiter and header keep their defaults.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut spec = CsvSpec {
             time: None,
             size: None,
+            range: None,
             key: 0,
             ..CsvSpec::default()
         };
@@ -61,9 +79,10 @@ impl FromStr for CsvSpec {
                 "time" => spec.time = (col > 0).then_some(col),
                 "key" => spec.key = col,
                 "size" => spec.size = (col > 0).then_some(col),
+                "range" => spec.range = (col > 0).then_some(col),
                 other => {
                     return Err(format!(
-                        "csv columns: unknown field {other:?}: expected time, key or size"
+                        "csv columns: unknown field {other:?}: expected time, key, size or range"
                     ))
                 }
             }
@@ -144,12 +163,49 @@ fn parse(
             })?
         }
     };
+    let range = match spec.range {
+        None => None,
+        Some(col) => {
+            let v = get("range", col)?.trim();
+            parse_range(v).map_err(|why| {
+                TraceError::parse(
+                    path,
+                    line,
+                    format!("field range (column {col}): {v:?} {why}{hint}"),
+                )
+            })?
+        }
+    };
     Ok(Request {
+        range,
         time,
         key,
         size,
         id: key.raw() as u64,
     })
+}
+
+/// A range column's value: `FIRST-LAST` (inclusive, LAST >= FIRST), `FIRST-` (to the end:
+/// LAST is `u64::MAX`), or empty or `-` for none.
+fn parse_range(v: &str) -> Result<Option<(u64, u64)>, &'static str> {
+    if v.is_empty() || v == "-" {
+        return Ok(None);
+    }
+    let (first, last) = v
+        .split_once('-')
+        .ok_or("is not FIRST-LAST, FIRST- or empty")?;
+    let first: u64 = first
+        .trim()
+        .parse()
+        .map_err(|_| "does not start with a byte offset")?;
+    let last = match last.trim() {
+        "" => u64::MAX,
+        l => l.parse().map_err(|_| "does not end with a byte offset")?,
+    };
+    if last < first {
+        return Err("ends before it starts");
+    }
+    Ok(Some((first, last)))
 }
 
 impl Iterator for Reader {
@@ -205,6 +261,7 @@ mod tests {
             time: Some(2),
             key: 1,
             size: None,
+            range: None,
             header: true,
         };
         let got = read(spec, "key\ttime\na\t1.5\nb\t2\na\t3\n");
@@ -213,6 +270,35 @@ mod tests {
         assert_eq!(got[0].key, got[2].key);
         assert_eq!(got[0].time, Duration::from_millis(1500));
         assert_eq!(got[1].size, 1);
+    }
+
+    #[test]
+    fn ranges_are_read_from_their_column() {
+        let spec: CsvSpec = "time=1,key=2,size=3,range=4".parse().unwrap();
+        assert_eq!(spec, CsvSpec::with_ranges());
+        let got: Vec<_> = read(
+            spec.clone(),
+            "1,a,100,0-9\n2,a,100,50-\n3,a,100,\n4,a,100,-\n",
+        )
+        .into_iter()
+        .map(|r| r.unwrap().range)
+        .collect();
+        assert_eq!(got, [Some((0, 9)), Some((50, u64::MAX)), None, None]);
+        for (bad, why) in [
+            ("9-0", "ends before it starts"),
+            ("x-1", "byte offset"),
+            ("5", "FIRST-LAST"),
+        ] {
+            let e = read(spec.clone(), &format!("1,a,100,{bad}\n"))
+                .pop()
+                .unwrap()
+                .unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.starts_with("t.csv:1: field range (column 4)") && text.contains(why),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -408,6 +408,7 @@ mod tests {
 
     fn req(t: u64, k: u64, size: u64) -> Request {
         Request {
+            range: None,
             time: Duration::from_secs(t),
             key: KeyHash::of_u64(k),
             size,

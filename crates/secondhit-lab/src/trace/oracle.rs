@@ -38,6 +38,7 @@ impl Iterator for Reader {
         self.offset += RECORD as u64;
         let r = secondhit_store::oracle::decode(&rec);
         Some(Ok(Request {
+            range: None,
             time: Duration::from_secs(u64::from(r.time)),
             key: KeyHash::of_u64(r.id),
             size: u64::from(r.size),
@@ -67,12 +68,14 @@ mod tests {
             got,
             vec![
                 Request {
+                    range: None,
                     time: Duration::from_secs(5),
                     key: KeyHash::of_u64(42),
                     size: 4096,
                     id: 42,
                 },
                 Request {
+                    range: None,
                     time: Duration::from_secs(6),
                     key: KeyHash::of_u64(7),
                     size: 512,

@@ -26,7 +26,7 @@ pub struct TraceStats {
     pub one_hit_wonder_ratio: f64,
     /// Sum of the objects' sizes at their first request, in bytes.
     pub working_set_bytes: u64,
-    /// Sum of all requests' sizes, in bytes.
+    /// Sum of all requests' sizes (of a request with a range, the range's), in bytes.
     pub requested_bytes: u64,
     /// Last request's time minus the first's, in seconds.
     pub duration_secs: f64,
@@ -80,7 +80,12 @@ impl Collector {
     /// Counts one request.
     pub fn add(&mut self, r: &Request) {
         self.requests += 1;
-        self.requested += r.size;
+        // A range asks for its bytes, not the object's.
+        self.requested += match r.range {
+            Some((first, last)) if first < r.size => last.min(r.size - 1) - first + 1,
+            Some(_) => 0,
+            None => r.size,
+        };
         self.first.get_or_insert(r.time);
         self.last = r.time;
         let raw = r.key.raw();
@@ -267,6 +272,7 @@ mod tests {
             (u128::from(top) << 120) | (u128::from(mid) << 64) | u128::from(lo)
         };
         let at = |r: u128, size: u64| Request {
+            range: None,
             time: Duration::ZERO,
             key: KeyHash::from_raw(r),
             size,
@@ -298,6 +304,7 @@ mod tests {
 
     fn req(t: u64, k: u64, size: u64) -> Request {
         Request {
+            range: None,
             time: Duration::from_secs(t),
             key: KeyHash::of_u64(k),
             size,
@@ -322,6 +329,17 @@ mod tests {
         assert_eq!(s.top_1_percent_share, 0.5);
         assert_eq!(s.top_10_percent_share, 0.5);
         assert!((s.one_hit_wonder_ratio - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_range_counts_its_own_bytes() {
+        let ranged = |range| Request {
+            range: Some(range),
+            ..req(1, 1, 100)
+        };
+        let trace = [ranged((10, 19)), ranged((90, u64::MAX)), ranged((100, 120))];
+        let s = collect(trace.into_iter().map(Ok)).unwrap();
+        assert_eq!((s.requested_bytes, s.working_set_bytes), (10 + 10, 100));
     }
 
     #[test]

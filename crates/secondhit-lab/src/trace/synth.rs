@@ -2,6 +2,12 @@
 //! objects, plus a chosen share of requests to fresh objects requested only once, sizes from a
 //! chosen distribution (fixed per object), and timestamps at a steady rate. The same spec and
 //! seed give the same bytes on every run and machine.
+//!
+//! A media trace ([`Spec::write_media`], `gen-trace --media`) is the same popularity over large
+//! objects, each request a byte range as a video player asks: a length drawn uniformly from a
+//! span (1 to 8 MiB by default) starting nearer the beginning than the end (the start is the
+//! object's length times `u^skew` for `u` uniform in [0, 1): viewers start at the beginning and
+//! fewer watch to the end). Written as `time,key,size,range` (`*.ranges.csv`).
 
 use super::oracle;
 use rand::rngs::Xoshiro256PlusPlus;
@@ -72,6 +78,51 @@ impl fmt::Display for Sizes {
     }
 }
 
+/// The byte ranges of a media trace's requests.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ranges {
+    /// Shortest range, in bytes (at least 1).
+    pub min: u64,
+    /// Longest range, in bytes.
+    pub max: u64,
+    /// How strongly starts gather at the beginning: 1 is uniform over the object, larger
+    /// gathers them nearer its start.
+    pub skew: f64,
+}
+
+impl Default for Ranges {
+    /// 1 to 8 MiB, skew 3 (half the requests start in the first eighth of the object).
+    fn default() -> Self {
+        Ranges {
+            min: 1 << 20,
+            max: 8 << 20,
+            skew: 3.0,
+        }
+    }
+}
+
+impl Ranges {
+    /// Checks the ranges, naming the bad field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.min == 0 || self.max < self.min {
+            return Err(format!(
+                "range lengths must be at least 1 byte with min <= max, got {} to {}",
+                self.min, self.max
+            ));
+        }
+        if !(self.skew.is_finite() && self.skew >= 1.0) {
+            return Err(format!(
+                "range skew must be a number >= 1, got {}",
+                self.skew
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One request of a media trace: `(time in s, id, size, first byte, last byte)`.
+pub type MediaRequest = (u32, u64, u32, u64, u64);
+
 /// What to generate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Spec {
@@ -89,6 +140,10 @@ pub struct Spec {
     pub rate: f64,
     /// Seed of every random choice.
     pub seed: u64,
+    /// Sizes drawn below this are raised to it (bytes).
+    pub min_size: u32,
+    /// Sizes drawn above this are lowered to it (bytes).
+    pub max_size: u32,
 }
 
 impl Default for Spec {
@@ -104,6 +159,8 @@ impl Default for Spec {
             },
             rate: 1000.0,
             seed: 1,
+            min_size: 1,
+            max_size: u32::MAX,
         }
     }
 }
@@ -136,6 +193,12 @@ impl Spec {
         if !(self.rate.is_finite() && self.rate > 0.0) {
             return Err(format!("rate must be a positive number, got {}", self.rate));
         }
+        if self.min_size == 0 || self.max_size < self.min_size {
+            return Err(format!(
+                "sizes must be clamped to at least 1 byte with min <= max, got {} to {}",
+                self.min_size, self.max_size
+            ));
+        }
         Ok(())
     }
 
@@ -145,6 +208,7 @@ impl Spec {
         self.validate()?;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(self.seed);
         let sizes = self.sizes;
+        let (lo, hi) = (f64::from(self.min_size), f64::from(self.max_size));
         let sample_size = move |rng: &mut Xoshiro256PlusPlus| -> u32 {
             let v = match sizes {
                 Sizes::Fixed(n) => n as f64,
@@ -155,7 +219,7 @@ impl Spec {
                     .map(|d| d.sample(rng))
                     .unwrap_or(scale),
             };
-            v.round().clamp(1.0, u32::MAX as f64) as u32
+            v.round().clamp(lo, hi) as u32
         };
         let object_sizes: Vec<u32> = (0..self.objects).map(|_| sample_size(&mut rng)).collect();
         let zipf = Zipf::new(self.objects as f64, self.alpha).map_err(|e| e.to_string())?;
@@ -172,6 +236,42 @@ impl Spec {
                 (time, rank - 1, object_sizes[(rank - 1) as usize])
             }
         }))
+    }
+
+    /// The requests of a media trace, in order: each of [`Spec::requests`] with a byte range
+    /// drawn from `ranges` (its own random stream, so the objects and times are the plain
+    /// trace's).
+    pub fn media_requests(
+        &self,
+        ranges: Ranges,
+    ) -> Result<impl Iterator<Item = MediaRequest>, String> {
+        ranges.validate()?;
+        let requests = self.requests()?;
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(self.seed ^ 0x006d_6564_6961);
+        Ok(requests.map(move |(t, id, size)| {
+            let size64 = u64::from(size);
+            let len = rng.random_range(ranges.min..=ranges.max);
+            let u: f64 = rng.random();
+            let first = ((size64 as f64) * u.powf(ranges.skew)).floor() as u64;
+            let first = first.min(size64 - 1);
+            let last = first.saturating_add(len - 1).min(size64 - 1);
+            (t, id, size, first, last)
+        }))
+    }
+
+    /// Writes a media trace to `out` as `time,key,size,range` lines (`*.ranges.csv`); returns
+    /// the number of requests written.
+    pub fn write_media(&self, ranges: Ranges, out: &mut dyn Write) -> io::Result<u64> {
+        let requests = self
+            .media_requests(ranges)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut n = 0;
+        for (t, id, size, first, last) in requests {
+            writeln!(out, "{t},{id},{size},{first}-{last}")?;
+            n += 1;
+        }
+        out.flush()?;
+        Ok(n)
     }
 
     /// Writes the trace to `out`; returns the number of requests written.
@@ -279,6 +379,55 @@ mod tests {
                 assert!((i + 1..200).all(|k| id(k) != id(i)));
             }
         }
+    }
+
+    #[test]
+    fn media_ranges_fall_inside_their_objects_and_gather_at_the_start() {
+        let spec = Spec {
+            requests: 20_000,
+            objects: 500,
+            sizes: Sizes::LogNormal {
+                median: 200e6,
+                sigma: 1.0,
+            },
+            min_size: 20 << 20,
+            max_size: 1 << 31,
+            ..Spec::default()
+        };
+        let all: Vec<_> = spec.media_requests(Ranges::default()).unwrap().collect();
+        let plain: Vec<_> = spec.requests().unwrap().collect();
+        let mut early = 0;
+        for (r, p) in all.iter().zip(&plain) {
+            let (_, id, size, first, last) = *r;
+            assert_eq!(
+                (r.0, id, size),
+                *p,
+                "the objects and times are the plain trace's"
+            );
+            assert!((20 << 20..=1 << 31).contains(&size));
+            assert!(first <= last && last < u64::from(size));
+            assert!(last - first < 8 << 20);
+            early += usize::from(first < u64::from(size) / 8);
+        }
+        // u^3 < 1/8 when u < 1/2: about half start in the first eighth.
+        assert!((9_000..11_000).contains(&early), "{early}");
+        let mut text = Vec::new();
+        spec.write_media(Ranges::default(), &mut text).unwrap();
+        let first_line = String::from_utf8(text)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string();
+        let (a, b) = (all[0].3, all[0].4);
+        assert!(first_line.ends_with(&format!(",{a}-{b}")), "{first_line}");
+        assert!(Ranges {
+            min: 5,
+            max: 4,
+            skew: 3.0
+        }
+        .validate()
+        .is_err());
     }
 
     #[test]

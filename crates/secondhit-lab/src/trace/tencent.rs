@@ -98,6 +98,7 @@ impl Iterator for Reader {
             }
             let key = KeyHash::of(&self.key);
             return Some(Ok(Request {
+                range: None,
                 time: Duration::from_secs(time),
                 key,
                 size,

@@ -53,6 +53,7 @@ impl Iterator for Reader {
                 }
                 let key = key(id, size);
                 Ok(Request {
+                    range: None,
                     time: Duration::from_secs(time),
                     key,
                     size,

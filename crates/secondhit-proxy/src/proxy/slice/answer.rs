@@ -254,10 +254,12 @@ impl Proxy {
             hits.push(i0);
         }
         {
+            // Asked without touching them: a read here would make them recent before their
+            // turn, and the store's eviction order would not be the one their requests make.
             let store = self.store.load();
             for i in i0 + 1..=i1 {
                 let key = slice_key(&ctx.primary, i);
-                let held = matches!(store.cache().get(&key), Some(Entry::Object(o)) if ctx.head.holds(&o, i))
+                let held = store.cache().contains_key(&key)
                     || self.disk().is_some_and(|d| d.tier.may_hold(&key));
                 if held {
                     hits.push(i);
