@@ -4,11 +4,13 @@
 # objects requested once) replayed through nginx (`slice 1m`, proxy_cache on disk,
 # proxy_cache_min_uses 2) and through `secondhit serve --slice-size 1MiB` with a flash tier,
 # at the same budgets (nginx: max_size = the flash size; secondhit: MEMORY of memory above the
-# same flash size), each in front of a fresh `secondhit origin`, in one run.
+# same flash size), each in front of a fresh `secondhit origin`, in one run: once with flash
+# enough for every slice stored twice (DISKS' first size) and once under pressure (its second).
 #
-# Figures per cache: the bytes the origin sent (its own /_stats) against the bytes served, so
-# "byte hit ratio" is 1 - origin bytes / bytes served, the same measure for both (nginx's
-# X-Cache names only the first slice of a response); flash bytes written (nginx: what its
+# Figures per cache: the bytes the origin sent (its own /_stats); the byte hit ratio over the
+# slices the requests cover (both caches fetch the same aligned 1 MiB slices, so the bytes
+# they look up are the same: 1 - origin bytes / those bytes, the same measure for both, as
+# nginx's X-Cache names only the first slice of a response); flash bytes written (nginx: what its
 # processes wrote to storage, /proc/<pid>/io write_bytes; secondhit: what foyer wrote to the
 # device); requests/s and p99 of the replay; the most resident memory of the cache's
 # processes (VmHWM, summed over nginx's workers and manager).
@@ -16,7 +18,7 @@
 # usage: scripts/bench-media.sh [REQUESTS] [CONCURRENCY]   (installs nginx from Debian if missing)
 #   OBJECTS (1,000) Zipf 0.8, ONE_TIME_SHARE (0.12) of requests to objects asked once, seed 1
 #   (60 % of the objects of 3,000 requests are asked once);
-#   MEMORY (256MiB) and DISK (4GiB); PROFILE=release builds quicker than production (LTO).
+#   MEMORY (256MiB) and DISKS ("4GiB 1GiB"); PROFILE=release builds quicker than production (LTO).
 #   MEDIA_RUNS picks the runs (default "nginx secondhit:second-hit secondhit:admit-all").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +27,7 @@ concurrency=${2:-16}
 objects=${OBJECTS:-1000}
 one_time=${ONE_TIME_SHARE:-0.12}
 memory=${MEMORY:-256MiB}
-disk=${DISK:-4GiB}
+disks=${DISKS:-4GiB 1GiB}
 profile=${PROFILE:-production}
 # nginx (installed if missing) and nginx_slice_conf, the peer's configuration.
 . scripts/bench-common.sh
@@ -44,10 +46,13 @@ trap cleanup EXIT
 trace=(--trace "$dir/media.ranges.csv")
 gen=(gen-trace --media --objects "$objects" --requests "$requests" --alpha 0.8 --one-time-share "$one_time" --seed 1)
 $bin "${gen[@]}" --out "$dir/media.ranges.csv" >/dev/null 2>&1
-disk_bytes=$(numfmt --from=iec "${disk%iB}")
 echo "trace: secondhit ${gen[*]}"
 $bin trace-stats "$dir/media.ranges.csv" | awk '/^(requests|objects|one-hit wonders) /' | sed 's/^/  /'
-echo "memory $memory (secondhit; nginx has the page cache), flash $disk (both); slices 1 MiB; concurrency $concurrency; $(date -u +%F), $(nproc) cores"
+# The bytes of the slices the requests cover (what a sliced cache looks up), from the trace.
+sliced=$($bin simulate "${trace[@]}" --slice-size 1MiB --policy admit-all --capacity 1 --no-decompose --json - \
+  | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print(r["hit_bytes"] + r["origin_bytes"])')
+echo "  slices the requests cover: $(numfmt --to=iec "$sliced")B"
+echo "memory $memory (secondhit; nginx has the page cache), flash $disks (both, in turn); slices 1 MiB; concurrency $concurrency; $(date -u +%F), $(nproc) cores"
 echo
 
 # Waits (up to 10 s) until something answers on 127.0.0.1:$1.
@@ -88,7 +93,10 @@ hwm_kib() {
   echo "$total"
 }
 
-printf '| cache | policy | bytes served | origin bytes | byte hit ratio | flash bytes written | per byte served | req/s | p99 ms | RSS (most) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+for disk in $disks; do
+disk_bytes=$(numfmt --from=iec "${disk%iB}")
+echo "flash $disk:"
+printf '| cache | policy | bytes served | origin bytes | byte hit ratio (slices) | flash bytes written | per byte served | req/s | p99 ms | RSS (most) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 for run in ${MEDIA_RUNS:-nginx secondhit:second-hit secondhit:admit-all}; do
   cache=${run%%:*}
   policy=${run#*:}
@@ -127,13 +135,14 @@ for run in ${MEDIA_RUNS:-nginx secondhit:second-hit secondhit:admit-all}; do
   fi
   # shellcheck disable=SC2086
   rss=$(hwm_kib $pids)
-  python3 - "$dir/run.json" "$name" "$label" "$wrote" "$rss" <<'PY'
+  python3 - "$dir/run.json" "$name" "$label" "$wrote" "$rss" "$sliced" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 name, label, wrote, rss = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+sliced = int(sys.argv[6])
 served, origin = d["requested_bytes"], d["origin_bytes"] or 0
 gib = lambda b: f"{b / 2**30:,.2f} GiB"
-print(f"| {name} | {label} | {gib(served)} | {gib(origin)} | {(1 - origin / served) * 100:.2f} % | "
+print(f"| {name} | {label} | {gib(served)} | {gib(origin)} | {(1 - origin / sliced) * 100:.2f} % | "
       f"{gib(wrote)} | {wrote / served:.3f} | {d['requests_per_sec']:,.0f} | {d['latency_ms']['p99']:.1f} | "
       f"{rss / 1024:,.0f} MiB | {d['errors']} |")
 PY
@@ -148,11 +157,14 @@ PY
   stop "$dir/origin.pid"
 done
 echo
-echo "secondhit's own counts:"
+echo "secondhit's own counts (flash $disk):"
 for f in "$dir"/*.metrics; do
   echo "  $(basename "$f" .metrics): $(cat "$f")"
 done
+rm -f "$dir"/*.metrics
 echo
-echo "prediction (secondhit simulate --slice-size 1MiB, memory above flash, window 1h as serve's default):"
+echo "prediction (secondhit simulate --slice-size 1MiB, memory above flash $disk; flash evicts slices FIFO, the live tier whole blocks):"
 $bin simulate "${trace[@]}" --slice-size 1MiB --policy admit-all,second-hit --capacity "$memory" \
-  --disk-capacity "$disk" --disk-policy admit-all,second-hit --no-decompose 2>&1 | sed -n '1,12p'
+  --disk-capacity "$disk" --disk-policy admit-all,second-hit --no-decompose 2>&1 | sed -n '4,9p'
+echo
+done

@@ -104,7 +104,7 @@ const SUITES: &[Suite] = &[
             "OBJECTS",
             "ONE_TIME_SHARE",
             "MEMORY",
-            "DISK",
+            "DISKS",
             "PROFILE",
             "MEDIA_RUNS",
             "BENCH_DIR",
