@@ -5,7 +5,9 @@ use clap::{Parser, Subcommand};
 use http::HeaderName;
 use secondhit::admission::{Policy, Settings};
 use secondhit::bloom::Layout;
-use secondhit::config::{parse_moka_eviction, Config, LogLevel, OriginUrl};
+use secondhit::config::{
+    parse_moka_eviction, Config, ConfigError, GroupConfig, LogLevel, OriginRef,
+};
 use secondhit::lab::ShadowSpec;
 use secondhit::sim;
 use secondhit::store::{Eviction, StoreKind};
@@ -539,9 +541,10 @@ pub(crate) struct Overrides {
     /// Admin listener address (/metrics, /healthz, purge); keep it on loopback.
     #[arg(long)]
     pub(crate) admin_listen: Option<SocketAddr>,
-    /// Default origin, http://host:port.
-    #[arg(long)]
-    pub(crate) origin: Option<OriginUrl>,
+    /// Default origin, http://host:port (or an [origins] group's name). Given several times:
+    /// a group of equal-weight servers, round-robin, named "default".
+    #[arg(long, value_name = "URL")]
+    pub(crate) origin: Vec<OriginRef>,
     /// Cache capacity (bytes or with a unit: 256MiB).
     #[arg(long, value_parser = parse_nonzero_bytes)]
     pub(crate) capacity: Option<u64>,
@@ -625,8 +628,9 @@ pub(crate) struct Overrides {
 }
 
 impl Overrides {
-    /// Sets the flags given over the file's values.
-    pub(crate) fn apply(self, config: &mut Config) {
+    /// Sets the flags given over the file's values; only a flag that cannot be set says so
+    /// (several --origin values, one of them a group's name).
+    pub(crate) fn apply(self, config: &mut Config) -> Result<(), ConfigError> {
         let o = self;
         if let Some(v) = o.listen {
             config.listen = v;
@@ -646,8 +650,29 @@ impl Overrides {
         if let Some(v) = o.disk_policy {
             config.admission.disk = v;
         }
-        if let Some(v) = o.origin {
-            config.origin = Some(v);
+        match o.origin.len() {
+            0 => {}
+            1 => config.origin = o.origin.into_iter().next(),
+            _ => {
+                let mut urls = Vec::new();
+                for r in o.origin {
+                    match r {
+                        OriginRef::Url(u) => urls.push(u),
+                        OriginRef::Group(g) => {
+                            return Err(ConfigError::Invalid {
+                                field: "origin",
+                                message: format!(
+                                    "--origin {g}: a group's name must be the only --origin (several make a group of URLs)"
+                                ),
+                            });
+                        }
+                    }
+                }
+                config
+                    .origins
+                    .insert("default".into(), GroupConfig::of_equals(urls));
+                config.origin = Some(OriginRef::Group("default".into()));
+            }
         }
         if let Some(v) = o.capacity {
             config.cache.capacity = v;
@@ -708,6 +733,7 @@ impl Overrides {
         if let Some(v) = o.record {
             config.lab.record = Some(v);
         }
+        Ok(())
     }
 }
 
@@ -735,8 +761,27 @@ mod tests {
             log_level: Some(LogLevel::Warn),
             ..Overrides::default()
         }
-        .apply(&mut c);
+        .apply(&mut c)
+        .unwrap();
         assert_eq!(c.admission.policy, Policy::NthHit(3));
+        // Several --origin: the default origin is a group of them, equal weights.
+        let mut g = Config::default();
+        Overrides {
+            origin: vec!["http://a:1".parse().unwrap(), "http://b:1".parse().unwrap()],
+            ..Overrides::default()
+        }
+        .apply(&mut g)
+        .unwrap();
+        assert_eq!(g.origin, Some(OriginRef::Group("default".into())));
+        let servers = &g.origins["default"].servers;
+        assert_eq!(
+            servers
+                .iter()
+                .map(|s| (s.url.to_string(), s.weight))
+                .collect::<Vec<_>>(),
+            [("http://a:1".to_string(), 1), ("http://b:1".to_string(), 1)]
+        );
+        assert!(g.validate().is_ok());
         assert_eq!(
             (c.cache.capacity, c.cache.max_object_size()),
             (1 << 20, 1 << 20)

@@ -11,14 +11,14 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
-    args.overrides.clone().apply(&mut config);
+    args.overrides.clone().apply(&mut config)?;
     let config = config.validate()?;
     // What SIGHUP and POST /reload read: the same file with the same flags over it.
     let source: Option<secondhit::server::ConfigSource> = args.config.clone().map(|path| {
         let overrides = args.overrides.clone();
         std::sync::Arc::new(move || {
             let mut c = Config::from_file(&path)?;
-            overrides.clone().apply(&mut c);
+            overrides.clone().apply(&mut c)?;
             c.validate()
         }) as secondhit::server::ConfigSource
     });

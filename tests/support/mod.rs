@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use secondhit::admission::Policy;
-use secondhit::config::{Config, OriginUrl};
+use secondhit::config::{Config, OriginRef, OriginUrl};
 use secondhit::store::Eviction;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -15,10 +15,10 @@ pub fn lab_config(origin: SocketAddr, capacity: u64, policy: Policy) -> Config {
     let mut config = Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         admin_listen: "127.0.0.1:0".parse().unwrap(),
-        origin: Some(OriginUrl {
+        origin: Some(OriginRef::Url(OriginUrl {
             tls: false,
             authority: origin.to_string().parse().unwrap(),
-        }),
+        })),
         ..Config::default()
     };
     config.cache.capacity = capacity;

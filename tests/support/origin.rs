@@ -499,6 +499,17 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
                 }
             }
         }
+        // `/fail/NNN`: status NNN, never stored; `/fail/ok` answers 200 (for health probes).
+        "fail" => {
+            let code = path
+                .split('/')
+                .nth(2)
+                .and_then(|c| c.parse::<u16>().ok())
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .unwrap_or(StatusCode::OK);
+            b = b.status(code);
+            cc(b, "no-store").body(full(format!("status {}", code.as_u16())))
+        }
         // 204 No Content, cacheable.
         "nocontent" => {
             b = b.status(StatusCode::NO_CONTENT);
@@ -582,7 +593,12 @@ impl futures_core::Stream for ReceiverStream {
 
 /// Starts the origin.
 pub async fn start() -> TestOrigin {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_at("127.0.0.1:0".parse().unwrap()).await
+}
+
+/// Starts the origin on `addr` (the port of one stopped before: a server restarted).
+pub async fn start_at(addr: SocketAddr) -> TestOrigin {
+    let listener = TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let counts: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let shared: Arc<Shared> = Arc::default();

@@ -13,7 +13,7 @@ use crate::sim::{self, Capacities, Progress, RunResult};
 use crate::store::{Eviction, StoreKind};
 use crate::trace::stats::{self, TraceStats};
 use crate::trace::{Source, TraceError};
-use secondhit_proxy::config::{Config, OriginUrl, ValidConfig};
+use secondhit_proxy::config::{Config, OriginRef, OriginUrl, ValidConfig};
 use secondhit_proxy::units;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -156,11 +156,11 @@ fn proxy_config(
     let mut config = Config {
         listen: LOOPBACK_ANY,
         admin_listen: LOOPBACK_ANY,
-        origin: Some(OriginUrl {
+        origin: Some(OriginRef::Url(OriginUrl {
             tls: false,
             authority: http::uri::Authority::try_from(origin.to_string())
                 .map_err(|e| DemoError::Panicked(format!("a loopback address: {e}")))?,
-        }),
+        })),
         ..Config::default()
     };
     config.cache.capacity = capacity;

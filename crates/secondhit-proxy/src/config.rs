@@ -8,14 +8,19 @@
 //! Layout:
 //! - this file: [`Config`], its errors, [`OriginUrl`] and [`ValidConfig`];
 //! - `sections`: one struct per TOML table (`[cache]`, `[admission]`, `[timeouts]`, ...);
+//! - `origins`: where requests go: [`OriginRef`] and the `[origins.NAME]` groups;
 //! - `de`: the serde helpers that parse a field's string into its type;
 //! - `validate`: [`Config::validate`], one check per section.
 
 mod de;
+mod origins;
 mod sections;
 mod validate;
 
 pub use de::parse_moka_eviction;
+pub use origins::{
+    Balance, GroupConfig, HealthConfig, OriginRef, OutlierConfig, RetryOn, ServerConfig,
+};
 pub use sections::{
     AdmissionConfig, CacheConfig, DiskConfig, LabConfig, Limits, LogConfig, LogLevel, SniConfig,
     Timeouts, TlsConfig,
@@ -75,13 +80,17 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of the admin listener (`/metrics`, `/healthz`, purge). Keep it on loopback.
     pub admin_listen: SocketAddr,
-    /// The default origin, `http://host:port`, for requests whose Host has no entry in `hosts`.
+    /// The default origin for requests whose Host has no entry in `hosts`: `http://host:port`
+    /// (a group of one) or the name of an `[origins]` group.
     #[serde(deserialize_with = "de_opt_origin")]
-    pub origin: Option<OriginUrl>,
-    /// Per-Host origins: `"img.example.com" = "http://10.0.0.5:8080"`, keyed by the normalised
-    /// host (`IMG.example.com.` and `img.example.com:80` are `img.example.com`).
+    pub origin: Option<OriginRef>,
+    /// Per-Host origins: `"img.example.com" = "http://10.0.0.5:8080"` (or a group's name),
+    /// keyed by the normalised host (`IMG.example.com.` and `img.example.com:80` are
+    /// `img.example.com`).
     #[serde(deserialize_with = "de_hosts")]
-    pub hosts: BTreeMap<String, OriginUrl>,
+    pub hosts: BTreeMap<String, OriginRef>,
+    /// Groups of origin servers by name (`[origins.NAME]`), which `origin` and `hosts` may name.
+    pub origins: BTreeMap<String, GroupConfig>,
     /// The cache.
     pub cache: CacheConfig,
     /// The admission policy.
@@ -121,6 +130,7 @@ impl Default for Config {
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             origin: None,
             hosts: BTreeMap::new(),
+            origins: BTreeMap::new(),
             cache: CacheConfig::default(),
             admission: AdmissionConfig::default(),
             timeouts: Timeouts::default(),
@@ -250,6 +260,19 @@ impl Config {
             path: path.into(),
             message: describe(text, &e),
         })
+    }
+
+    /// Every group requests may go to, by name: the `[origins]` groups, and a group of one for
+    /// each URL `origin` or `hosts` names (named by the URL). In name order.
+    pub fn groups(&self) -> BTreeMap<String, GroupConfig> {
+        let mut all = self.origins.clone();
+        for r in self.origin.iter().chain(self.hosts.values()) {
+            if let OriginRef::Url(url) = r {
+                all.entry(url.to_string())
+                    .or_insert_with(|| GroupConfig::of_one(url.clone()));
+            }
+        }
+        all
     }
 
     /// The store rules of `[cache]`.
@@ -435,13 +458,12 @@ mod tests {
             e.contains("origin = \"ftp://x:1\"") && e.contains("http:// or https://"),
             "{e}"
         );
-        assert!(
+        assert!(matches!(
             Config::from_toml("origin = \"https://x:1\"")
                 .unwrap()
-                .origin
-                .unwrap()
-                .tls
-        );
+                .origin,
+            Some(OriginRef::Url(OriginUrl { tls: true, .. }))
+        ));
         let e = Config::from_toml("origin = \"http://x:1/path\"")
             .unwrap_err()
             .to_string();

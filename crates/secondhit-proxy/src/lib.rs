@@ -41,15 +41,17 @@
 //!   [`proxy::check`], [`proxy::hit`], [`proxy::coalesce`] (with [`proxy::growing`], the body a
 //!   coalesced fetch streams to every waiter while it is stored), [`proxy::fetch`],
 //!   [`proxy::classify`], [`proxy::cached`] (store entries and their weight) and
-//!   [`proxy::outcome`] (`Outcome`, the typed `Cache-Status`, `Refusal`); privately,
-//!   `revalidate.rs` (stale objects confirmed with the origin, background refreshes), `pump.rs`
-//!   (the body streamed to the client and stored once complete) and `build.rs` (building and
-//!   reloading).
+//!   [`proxy::outcome`] (`Outcome`, the typed `Cache-Status`, `Refusal`), [`proxy::slice`]
+//!   (large objects in slices); privately, `revalidate.rs` (stale objects confirmed with the
+//!   origin, background refreshes), `pump.rs` (the body streamed to the client and stored once
+//!   complete), `upstream.rs` (an origin group's servers tried in turn) and `build.rs` (building
+//!   and reloading).
 //! - [`http_cache`]: RFC 9111 rules as pure functions: request plan, storability, freshness,
 //!   age, keys, Vary variant keys, conditional requests, ranges, hop-by-hop and unkeyed headers.
 //! - [`origin`]: routing to configured origins only, the pooled keep-alive client, origin
-//!   failure kinds; [`origin::h1`], the lean HTTP/1 exchange (head parser, framing, chunked
-//!   decoder) the pool uses for plain-HTTP origins.
+//!   failure kinds; [`origin::group`], groups of servers (balancing, passive health, the admin
+//!   view and metrics); [`origin::health`], active probes; [`origin::h1`], the lean HTTP/1
+//!   exchange (head parser, framing, chunked decoder) the pool uses for plain-HTTP origins.
 //! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a
 //!   byte budget (backpressure).
 //! - [`disk`]: the flash tier under the memory store, on foyer's block engine: our encoding of a

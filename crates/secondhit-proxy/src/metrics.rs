@@ -36,6 +36,7 @@ pub struct Metrics {
     store_aborts: AtomicU64,
     coalesced: AtomicU64,
     refused: AtomicU64,
+    origin_retries: AtomicU64,
     slices: [AtomicU64; SliceSource::ALL.len()],
     slice_bytes: [AtomicU64; SliceSource::ALL.len()],
     slice_versions_changed: AtomicU64,
@@ -94,6 +95,7 @@ impl Default for Metrics {
             access_log_dropped: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            origin_retries: AtomicU64::new(0),
             slices: Default::default(),
             slice_bytes: Default::default(),
             slice_versions_changed: AtomicU64::new(0),
@@ -119,6 +121,16 @@ impl Metrics {
     /// Counts body bytes received from an origin.
     pub fn origin_bytes(&self, n: u64) {
         self.origin_bytes.fetch_add(n, Relaxed);
+    }
+
+    /// Counts an attempt made on another origin server after one failed.
+    pub fn origin_retry(&self) {
+        self.origin_retries.fetch_add(1, Relaxed);
+    }
+
+    /// Attempts made on another origin server after one failed, so far.
+    pub fn origin_retries(&self) -> u64 {
+        self.origin_retries.load(Relaxed)
     }
 
     /// Counts an origin failure.
@@ -274,6 +286,11 @@ impl Metrics {
             "origin_bytes",
             "Body bytes received from origins",
             self.origin_bytes.load(Relaxed),
+        );
+        out.counter(
+            "origin_retries",
+            "Attempts made on another origin server after one failed",
+            self.origin_retries.load(Relaxed),
         );
         out.counters(
             "origin_errors",

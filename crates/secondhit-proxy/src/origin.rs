@@ -1,15 +1,19 @@
-//! The origins: which configured origin serves a request, and pooled keep-alive connections to
-//! them over HTTP or HTTPS ([`pool`], one per worker thread; hyper-util's pooled client only
-//! when `tls.origin_http2` lets requests share a connection), with a lean HTTP/1.1 exchange
-//! for requests without a body ([`h1`]). Only configured origins are ever contacted.
+//! The origins: which configured group of servers serves a request ([`group`]: its servers'
+//! health and the choice of one for each attempt), and pooled keep-alive connections to them
+//! over HTTP or HTTPS ([`pool`], one per worker thread; hyper-util's pooled client only when
+//! `tls.origin_http2` lets requests share a connection), with a lean HTTP/1.1 exchange for
+//! requests without a body ([`h1`]). Only configured origins are ever contacted.
 
+pub mod group;
 pub mod h1;
+pub mod health;
 pub mod pool;
 
 use crate::body::ProxyBody;
-use crate::config::{Config, OriginUrl};
+use crate::config::{Config, OriginRef, OriginUrl};
 use crate::proxy::authority::Host;
 use crate::tls::TlsError;
+pub use group::{Failure, Group, GroupId, ServerHealth};
 use http::{Request, Response, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -17,6 +21,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 pub use pool::{BodyError, OriginBody, PoolError};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// hyper-util's pooled client, for origins that may speak HTTP/2 (`tls.origin_http2`).
 pub type OriginClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
@@ -41,6 +46,10 @@ pub enum SendError {
     /// configured origin and a checked path).
     #[error("origin URI: {0}")]
     Uri(#[from] http::Error),
+    /// A request whose body went with an earlier attempt is not sent again (never: such a
+    /// request is tried once).
+    #[error("the request's body went with an earlier attempt")]
+    Spent,
 }
 
 impl SendError {
@@ -71,7 +80,7 @@ impl SendError {
                     _ => OriginError::Other,
                 };
             }
-            SendError::Uri(_) => None,
+            SendError::Uri(_) | SendError::Spent => None,
             SendError::Client(e) => {
                 if crate::tls::is_tls_error(e) {
                     return OriginError::Tls;
@@ -114,17 +123,20 @@ pub enum OriginError {
     /// An `https://` origin's certificate did not verify, or the handshake failed (502): never
     /// a silent downgrade.
     Tls,
+    /// No server of the group was available (probes down, or ejected): 503 with `Retry-After`.
+    Unavailable,
 }
 
 impl OriginError {
     /// Every kind, for metrics.
-    pub const ALL: [OriginError; 6] = [
+    pub const ALL: [OriginError; 7] = [
         OriginError::Connect,
         OriginError::Timeout,
         OriginError::Other,
         OriginError::Body,
         OriginError::HeadersTooLarge,
         OriginError::Tls,
+        OriginError::Unavailable,
     ];
     /// Label for metrics and logs.
     pub const fn as_str(self) -> &'static str {
@@ -135,15 +147,20 @@ impl OriginError {
             OriginError::Body => "body",
             OriginError::HeadersTooLarge => "headers-too-large",
             OriginError::Tls => "tls",
+            OriginError::Unavailable => "unavailable",
         }
     }
 }
 
-/// The configured origins and a pooled client to them for each worker thread.
+/// The configured groups of origin servers, the routes to them, and a pooled client to every
+/// server for each worker thread.
 pub struct Origins {
-    default: Option<OriginUrl>,
-    hosts: HashMap<String, OriginUrl>,
+    groups: Box<[Arc<Group>]>,
+    default: Option<GroupId>,
+    hosts: HashMap<String, GroupId>,
     transport: Transport,
+    /// The active probes' client (the origins' TLS trust, HTTP/1.1, no pooling).
+    probes: health::ProbeClient,
 }
 
 thread_local! {
@@ -165,18 +182,50 @@ impl Origins {
     /// origin's header block and the size of each body chunk read from it. `https://` origins
     /// are verified against the webpki roots and `tls.origin_ca_file`, with SNI from the
     /// origin's host name, and offered HTTP/2 by ALPN when `tls.origin_http2`.
-    pub fn new(config: &Config) -> Result<Origins, TlsError> {
+    ///
+    /// `previous`: the origins a reload replaces; a server that stays keeps its health.
+    pub fn new(config: &Config, previous: Option<&Origins>) -> Result<Origins, TlsError> {
+        let configs = config.groups();
+        let index: HashMap<&str, GroupId> = configs
+            .keys()
+            .enumerate()
+            .map(|(i, name)| (name.as_str(), i))
+            .collect();
+        let groups: Box<[Arc<Group>]> = configs
+            .iter()
+            .map(|(name, g)| {
+                let before = previous.and_then(|p| p.groups.iter().find(|o| o.name == *name));
+                let fallback = g.fallback.as_deref().and_then(|f| index.get(f).copied());
+                Arc::new(Group::new(name, g, before.map(|b| &**b), fallback))
+            })
+            .collect();
+        let id_of = |r: &OriginRef| -> GroupId {
+            let name = match r {
+                OriginRef::Url(u) => u.to_string(),
+                OriginRef::Group(g) => g.clone(),
+            };
+            // Validation made sure every name is there.
+            index.get(name.as_str()).copied().unwrap_or(0)
+        };
         // Keys are normalised hosts already (config::de::de_hosts).
-        let hosts: HashMap<String, OriginUrl> = config
+        let hosts: HashMap<String, GroupId> = config
             .hosts
             .iter()
-            .map(|(host, url)| (host.clone(), url.clone()))
+            .map(|(host, r)| (host.clone(), id_of(r)))
             .collect();
+        let default = config.origin.as_ref().map(id_of);
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(config.timeouts.connect));
         http.set_nodelay(true);
         http.enforce_http(false);
         let tls = crate::tls::origin_client_config(config.tls.origin_ca_file.as_deref())?;
+        let probes = health::client(
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls.clone())
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http.clone()),
+        );
         let builder = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -199,7 +248,7 @@ impl Origins {
             let connector = builder.wrap_connector(http);
             let mut h1 = hyper::client::conn::http1::Builder::new();
             h1.max_buf_size(config.limits.max_origin_header_bytes);
-            let all = || config.origin.iter().chain(hosts.values());
+            let all = || groups.iter().flat_map(|g| g.servers.iter().map(|s| &s.url));
             Transport::Http1(
                 workers
                     .map(|_| {
@@ -215,27 +264,59 @@ impl Origins {
             )
         };
         Ok(Origins {
-            default: config.origin.clone(),
+            groups,
+            default,
             hosts,
             transport,
+            probes,
         })
+    }
+
+    /// Group `id`.
+    pub fn group(&self, id: GroupId) -> &Group {
+        &self.groups[id]
+    }
+
+    /// Every group, in name order (a plain URL's group is named by the URL).
+    pub fn groups(&self) -> &[Arc<Group>] {
+        &self.groups
+    }
+
+    /// Starts the active probes of every group that asks for them, on the current runtime.
+    pub fn start_probes(&self) {
+        for g in self.groups.iter() {
+            health::start(g, &self.probes);
+        }
+    }
+
+    /// What the admin listener's `/origins` answers: each group, its servers and their health
+    /// at `now`, as JSON.
+    pub fn view(&self, now: std::time::Duration) -> serde_json::Value {
+        serde_json::json!({
+            "groups": self.groups.iter().map(|g| g.view(now)).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Adds every server's families to `out` (`secondhit_origin_server_*{group, server}`).
+    pub fn collect(&self, out: &mut crate::metrics::Families, now: std::time::Duration) {
+        group::collect(&self.groups, out, now);
     }
 
     /// The origin for a request's host: a `[hosts]` entry matching `host:port` or `host`, else
     /// the default origin, unless the request came in absolute form (a proxy-style request for
     /// some other site), which only a `[hosts]` entry may serve.
-    pub fn route(&self, host: &Host, absolute_form: bool) -> Option<&OriginUrl> {
-        if let Some(o) = self
+    pub fn route(&self, host: &Host, absolute_form: bool) -> Option<GroupId> {
+        if let Some(&g) = self
             .hosts
             .get(host.as_str())
             .or_else(|| self.hosts.get(host.name()))
         {
-            return Some(o);
+            return Some(g);
         }
         if absolute_form {
             return None;
         }
-        self.default.as_ref()
+        self.default
     }
 
     /// This thread's worker's HTTP/1.1 connections (the first worker's off the worker threads),
@@ -293,7 +374,7 @@ mod tests {
 
     fn origins(toml: &str) -> Origins {
         let c = Config::from_toml(toml).unwrap();
-        Origins::new(&c).unwrap()
+        Origins::new(&c, None).unwrap()
     }
 
     #[tokio::test]
@@ -301,7 +382,7 @@ mod tests {
         let o = origins("origin = \"http://127.0.0.1:1000\"\n[hosts]\n\"img.example\" = \"http://127.0.0.1:2000\"");
         let r = |a: &str, abs: bool| {
             o.route(&Host::parse(a.as_bytes(), 80).unwrap(), abs)
-                .map(|x| x.authority.to_string())
+                .map(|g| o.group(g).servers[0].url.authority.to_string())
         };
         assert_eq!(r("img.example", false).as_deref(), Some("127.0.0.1:2000"));
         assert_eq!(

@@ -47,6 +47,7 @@ pub mod outcome;
 mod pump;
 mod revalidate;
 pub mod slice;
+mod upstream;
 
 use crate::access_log::{self, AccessLog};
 use crate::admission::{Admission, Decision};
@@ -538,6 +539,7 @@ impl Proxy {
             self.inflight.waiting(),
         );
         self.lab.collect(&mut families);
+        self.live.load().origins.collect(&mut families, self.now());
         if let Some(d) = &self.disk {
             d.tier.collect(&mut families);
         }
@@ -549,6 +551,17 @@ impl Proxy {
     pub fn purge(&self, url: &str) -> Result<bool, PurgeError> {
         self.purge_target(&PurgeTarget::Url(url.to_string()), false)
             .map(|n| n > 0)
+    }
+
+    /// Starts the active probes of the origin groups that ask for them, on the current runtime
+    /// (`server::start` does; a reload starts the new groups' own).
+    pub fn start_probes(&self) {
+        self.live.load().origins.start_probes();
+    }
+
+    /// Every origin group, its servers and their health now (the admin listener's `/origins`).
+    pub fn origins_view(&self) -> serde_json::Value {
+        self.live.load().origins.view(self.now())
     }
 
     /// Removes everything.
@@ -1164,13 +1177,20 @@ impl Proxy {
             client,
             forwarded: &live.forwarded,
         };
-        let sent = async {
-            pool.send_bodyless(&target.origin, &head)
-                .await
-                .map_err(crate::origin::SendError::from)
-        };
+        let head = &head;
         let response = self
-            .fetch(sent, target, None, live)
+            .upstream(
+                target.id,
+                target.origin,
+                true,
+                None,
+                live,
+                |server| async move {
+                    pool.send_bodyless(server, head)
+                        .await
+                        .map_err(crate::origin::SendError::from)
+                },
+            )
             .await
             .map_err(|e| self.fetch_failed(e))?;
         // The selecting headers of a stored variant are the ones the origin received.
@@ -1214,9 +1234,26 @@ impl Proxy {
             &live.forwarded,
         )
         .map_err(|_| self.refuse(Refusal::BadTarget))?;
-        let sent = live.origins.send(&target.origin, request);
+        // Sent once: its body goes with the first attempt.
+        let mut request = Some(request);
+        let origins = &live.origins;
         let response = self
-            .fetch(sent, target, Some(&upload_failed), live)
+            .upstream(
+                target.id,
+                target.origin,
+                false,
+                Some(&upload_failed),
+                live,
+                |server| {
+                    let r = request.take();
+                    async move {
+                        match r {
+                            Some(r) => origins.send(server, r).await,
+                            None => Err(crate::origin::SendError::Spent),
+                        }
+                    }
+                },
+            )
             .await
             .map_err(|e| self.fetch_failed(e))?;
         Ok(Sent {
@@ -1321,7 +1358,7 @@ impl Proxy {
     async fn fetch(
         &self,
         sent: impl Future<Output = Result<Response<OriginBody>, crate::origin::SendError>>,
-        target: &Target,
+        server: &crate::config::OriginUrl,
         upload_failed: Option<&std::sync::atomic::AtomicBool>,
         live: &Live,
     ) -> Result<Response<OriginBody>, FetchError> {
@@ -1335,11 +1372,11 @@ impl Proxy {
                 return Ok(response);
             }
             Ok(Err(e)) => {
-                tracing::warn!(origin = %target.origin, error = %e, "origin request failed");
+                tracing::warn!(origin = %server, error = %e, "origin request failed");
                 FetchError::Origin(e.kind())
             }
             Err(_) => {
-                tracing::warn!(origin = %target.origin, timeout = ?live.timeouts.first_byte, "origin timed out");
+                tracing::warn!(origin = %server, timeout = ?live.timeouts.first_byte, "origin timed out");
                 FetchError::Origin(OriginError::Timeout)
             }
         };

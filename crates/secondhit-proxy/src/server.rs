@@ -261,6 +261,7 @@ pub async fn start_with_source(
         None => None,
     };
     let proxy = Arc::new(Proxy::with_disk(&config, clock, disk)?);
+    proxy.start_probes();
     let reloader = Arc::new(Reloader {
         source,
         proxy: Arc::clone(&proxy),
@@ -495,6 +496,14 @@ fn admin_response(
             r
         }
         ("/healthz", &Method::GET) => text(StatusCode::OK, "ok\n"),
+        ("/origins", &Method::GET) => {
+            let mut r = text(StatusCode::OK, format!("{:#}\n", proxy.origins_view()));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
         ("/purge", _) if purge_method => {
             let param = |name: &str| {
                 query
@@ -540,11 +549,13 @@ fn admin_response(
             Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
         },
         ("/reload", _) => text(StatusCode::METHOD_NOT_ALLOWED, "use POST\n"),
-        ("/metrics" | "/healthz", _) => text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n"),
+        ("/metrics" | "/healthz" | "/origins", _) => {
+            text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n")
+        }
         ("/purge" | "/purge-all", _) => text(StatusCode::METHOD_NOT_ALLOWED, "use POST or PURGE\n"),
         _ => text(
             StatusCode::NOT_FOUND,
-            "admin: /metrics, /healthz, POST /purge?url=URL|prefix=URL|tag=T[&soft=1], POST /purge-all, POST /reload\n",
+            "admin: /metrics, /healthz, /origins, POST /purge?url=URL|prefix=URL|tag=T[&soft=1], POST /purge-all, POST /reload\n",
         ),
     }
 }

@@ -2,7 +2,7 @@
 //! into its type (a size, a duration, a policy, an origin URL) or refuses it with a message that
 //! names the value, so that a wrong value fails while parsing, on its line.
 
-use super::OriginUrl;
+use super::OriginRef;
 use crate::lab::ShadowSpec;
 use crate::proxy::authority::Host;
 use crate::store::Eviction;
@@ -132,19 +132,19 @@ pub fn parse_moka_eviction(s: &str) -> Result<Eviction, String> {
 
 pub(super) fn de_opt_origin<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<Option<OriginUrl>, D::Error> {
+) -> Result<Option<OriginRef>, D::Error> {
     de_parse(d).map(Some)
 }
 
 pub(super) fn de_hosts<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<BTreeMap<String, OriginUrl>, D::Error> {
+) -> Result<BTreeMap<String, OriginRef>, D::Error> {
     let raw = BTreeMap::<String, String>::deserialize(d)?;
     let mut hosts = BTreeMap::new();
     for (host, url) in raw {
         let h = Host::parse(host.trim().as_bytes(), 80)
             .map_err(|e| serde::de::Error::custom(format!("{host:?} is not a host: {e}")))?;
-        let url: OriginUrl = url
+        let url: OriginRef = url
             .parse()
             .map_err(|e| serde::de::Error::custom(format!("{host:?}: {e}")))?;
         if hosts.insert(h.as_str().to_string(), url).is_some() {

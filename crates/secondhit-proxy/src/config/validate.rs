@@ -3,7 +3,7 @@
 
 use super::{
     invalid, AdmissionConfig, CacheConfig, Config, ConfigError, DiskConfig, LabConfig, Limits,
-    Timeouts, TlsConfig, ValidConfig,
+    OriginRef, Timeouts, TlsConfig, ValidConfig,
 };
 use crate::admission::Policy;
 
@@ -11,6 +11,7 @@ impl Config {
     /// Checks what no single field can: names the fields and the values.
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         check_listeners(&self)?;
+        check_origins(&self)?;
         if self.cache.disk.dir.is_some() {
             check_disk(&self.cache.disk)?;
         }
@@ -52,6 +53,51 @@ fn check_listeners(c: &Config) -> Result<(), ConfigError> {
                 Config::MAX_WORKERS
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Every group sound, every group named where one is expected existing, and no group its own
+/// fallback, directly or through others.
+fn check_origins(c: &Config) -> Result<(), ConfigError> {
+    for (name, g) in &c.origins {
+        g.check(name).map_err(|m| invalid("origins", m))?;
+    }
+    let named = |field: &'static str, r: &OriginRef| match r {
+        OriginRef::Group(g) if !c.origins.contains_key(g) => Err(invalid(
+            field,
+            format!("names the group {g:?}, which [origins] does not have"),
+        )),
+        _ => Ok(()),
+    };
+    if let Some(r) = &c.origin {
+        named("origin", r)?;
+    }
+    for r in c.hosts.values() {
+        named("hosts", r)?;
+    }
+    for (name, g) in &c.origins {
+        let mut seen = vec![name.as_str()];
+        let mut next = g.fallback.as_deref();
+        while let Some(f) = next {
+            let Some(behind) = c.origins.get(f) else {
+                return Err(invalid(
+                    "origins",
+                    format!("origins.{name}.fallback names {f:?}, which [origins] does not have"),
+                ));
+            };
+            if seen.contains(&f) {
+                return Err(invalid(
+                    "origins",
+                    format!(
+                        "origins.{name}.fallback: {} comes back to itself",
+                        seen.join(" -> ")
+                    ),
+                ));
+            }
+            seen.push(f);
+            next = behind.fallback.as_deref();
+        }
     }
     Ok(())
 }

@@ -65,10 +65,12 @@ fn lab_basis(config: &ValidConfig) -> LabBasis {
 }
 
 impl Live {
-    fn new(config: &ValidConfig) -> Result<Live, BuildError> {
+    /// The live settings of `config`; `previous`: those a reload replaces (its origin servers'
+    /// health carries over).
+    fn new(config: &ValidConfig, previous: Option<&Live>) -> Result<Live, BuildError> {
         let l = &config.limits;
         Ok(Live {
-            origins: Origins::new(config)?,
+            origins: Origins::new(config, previous.map(|p| &p.origins))?,
             rules: config.store_rules(),
             forwarded: config.cache.forwarded_request_headers.clone(),
             keyed: crate::http_cache::keyed_fields(
@@ -209,7 +211,7 @@ impl Proxy {
             let _ = access_log.set(AccessLog::start(target)?);
         }
         Ok(Proxy {
-            live: ArcSwap::from_pointee(Live::new(config)?),
+            live: ArcSwap::from_pointee(Live::new(config, None)?),
             store: ArcSwap::from_pointee(build_store(config, listener)),
             store_shape: std::sync::Mutex::new(store_shape(config)),
             admission,
@@ -234,7 +236,7 @@ impl Proxy {
     /// new store. A different admission policy needs a restart: the current one stays, and the
     /// returned notes say so. On error nothing has changed.
     pub fn reload(&self, config: &ValidConfig) -> Result<Vec<String>, BuildError> {
-        let live = Live::new(config)?;
+        let live = Live::new(config, Some(&self.live.load()))?;
         if let Some(target) = config.log.access_log_target() {
             match self.access_log.get() {
                 Some(log) => log.retarget(target)?,
@@ -280,6 +282,8 @@ impl Proxy {
             *current = shape;
         }
         self.live.store(Arc::new(live));
+        // The new groups' probes (the old ones end with the old groups).
+        self.live.load().origins.start_probes();
         Ok(notes)
     }
 }

@@ -6,8 +6,8 @@
 
 use super::authority::Host;
 use super::outcome::Refusal;
-use crate::config::OriginUrl;
 use crate::http_cache::{self, cache_key};
+use crate::origin::GroupId;
 use crate::origin::Origins;
 use http::header::{self, HeaderMap, HeaderName};
 use http::request::Parts;
@@ -19,8 +19,8 @@ use http::{Method, Version};
 pub struct Target {
     /// The request's host, normalised: the key's, the route's and the origin's `Host`.
     pub host: Host,
-    /// The configured origin to connect to.
-    pub origin: OriginUrl,
+    /// The configured group of origin servers that serves it.
+    pub origin: GroupId,
     /// The scheme the client used (`http` or `https`): part of the key.
     pub scheme: &'static str,
     /// The port its Host may leave out (80 or 443).
@@ -101,10 +101,7 @@ pub fn check(
         (None, Some(field)) if !field.is_empty() => parse(field.as_bytes())?,
         (None, _) => return Err(Refusal::NoHost),
     };
-    let origin = origins
-        .route(&host, absolute)
-        .cloned()
-        .ok_or(Refusal::UnknownHost)?;
+    let origin = origins.route(&host, absolute).ok_or(Refusal::UnknownHost)?;
     let key = cache_key(rules.scheme, host.as_str(), path_and_query.as_str());
     Ok(Target {
         host,
@@ -181,7 +178,7 @@ mod tests {
             "origin = \"http://127.0.0.1:1000\"\n[hosts]\n\"img.test\" = \"http://127.0.0.1:2000\"",
         )
         .unwrap();
-        Origins::new(&c).unwrap()
+        Origins::new(&c, None).unwrap()
     }
 
     const RULES: Rules = Rules {
@@ -192,6 +189,14 @@ mod tests {
 
     fn parts(b: http::request::Builder) -> Parts {
         b.body(()).unwrap().into_parts().0
+    }
+
+    /// The first server of the group a target goes to.
+    fn authority(t: &Target) -> String {
+        origins().group(t.origin).servers[0]
+            .url
+            .authority
+            .to_string()
     }
 
     fn run(b: http::request::Builder) -> Result<Target, Refusal> {
@@ -212,14 +217,18 @@ mod tests {
     fn the_key_the_route_and_the_host_are_one_value() {
         let t = run(Request::get("/a").header("host", "IMG.test.")).unwrap();
         assert_eq!(
-            (t.host.as_str(), t.origin.authority.as_str(), t.key.as_str()),
-            ("img.test", "127.0.0.1:2000", "GET http://img.test/a")
+            (t.host.as_str(), authority(&t), t.key.as_str()),
+            (
+                "img.test",
+                "127.0.0.1:2000".to_string(),
+                "GET http://img.test/a"
+            )
         );
         // Absolute form: the target's authority wins, the Host field is ignored.
         let t = run(Request::get("http://img.test/a").header("host", "evil.test")).unwrap();
         assert_eq!(
-            (t.host.as_str(), t.origin.authority.as_str()),
-            ("img.test", "127.0.0.1:2000")
+            (t.host.as_str(), authority(&t)),
+            ("img.test", "127.0.0.1:2000".to_string())
         );
         // Absolute form for a site without a [hosts] entry: refused, never the default origin.
         let r = run(Request::get("http://evil.test/a").header("host", "img.test"));
@@ -244,7 +253,7 @@ mod tests {
         let t = run(Request::get("/a")
             .version(Version::HTTP_2)
             .header("host", "img.test"));
-        assert_eq!(t.unwrap().origin.authority.as_str(), "127.0.0.1:2000");
+        assert_eq!(authority(&t.unwrap()), "127.0.0.1:2000");
     }
 
     #[test]

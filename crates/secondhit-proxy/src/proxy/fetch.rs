@@ -73,6 +73,11 @@ impl FetchError {
                 "origin TLS failed (its certificate did not verify, or the handshake failed)",
                 "origin-tls",
             ),
+            FetchError::Origin(OriginError::Unavailable) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no origin server is up",
+                "origin-down",
+            ),
             FetchError::Origin(_) => (
                 StatusCode::BAD_GATEWAY,
                 "origin unreachable",
@@ -80,6 +85,10 @@ impl FetchError {
             ),
         };
         let mut r = text(status, format!("{message}\n"));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         if matches!(self, FetchError::ClientBody | FetchError::ClientBodyTimeout) {
             r.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -396,7 +405,7 @@ mod tests {
         // Every combination of method, allow-list, client address and Host form, over random
         // sets of fields (forwarded or not, overrides spelt both ways, repeated, obs-text).
         let config = Config::from_toml("origin = \"http://127.0.0.1:1000\"").unwrap();
-        let origins = Origins::new(&config).unwrap();
+        let origins = Origins::new(&config, None).unwrap();
         let rules = super::super::check::Rules {
             scheme: "http",
             default_port: 80,

@@ -141,15 +141,7 @@ impl Proxy {
             Ok(r) => r,
             Err(_) => return self.refuse(Refusal::BadTarget),
         };
-        let response = match self
-            .fetch(
-                live.origins.send(&target.origin, request),
-                target,
-                None,
-                live,
-            )
-            .await
-        {
+        let response = match self.get_upstream(&request, target, live).await {
             Ok(r) => r,
             Err(e) => {
                 if stored.may_serve_on_error(self.clock.now()) {
@@ -266,15 +258,7 @@ impl Proxy {
         ) else {
             return self.refuse(Refusal::BadTarget);
         };
-        match self
-            .fetch(
-                live.origins.send(&target.origin, request),
-                target,
-                None,
-                live,
-            )
-            .await
-        {
+        match self.get_upstream(&request, target, live).await {
             Ok(r) => self.replace(r, parts, target, leader, live).await,
             Err(e) => self.fetch_failed(e),
         }
@@ -408,15 +392,7 @@ impl Proxy {
             ) else {
                 return;
             };
-            let Ok(response) = proxy
-                .fetch(
-                    live.origins.send(&target.origin, upstream),
-                    &target,
-                    None,
-                    &live,
-                )
-                .await
-            else {
+            let Ok(response) = proxy.get_upstream(&upstream, &target, &live).await else {
                 return; // counted by fetch; the stale object stays as it is
             };
             if response.status() == StatusCode::NOT_MODIFIED {

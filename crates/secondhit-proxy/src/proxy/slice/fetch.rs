@@ -116,12 +116,20 @@ impl Proxy {
                     client,
                     forwarded: &live.forwarded,
                 };
-                let sent = async {
-                    pool.send_bodyless(&target.origin, &head)
-                        .await
-                        .map_err(crate::origin::SendError::from)
-                };
-                self.fetch(sent, target, None, live).await
+                let head = &head;
+                self.upstream(
+                    target.id,
+                    target.origin,
+                    true,
+                    None,
+                    live,
+                    |server| async move {
+                        pool.send_bodyless(server, head)
+                            .await
+                            .map_err(crate::origin::SendError::from)
+                    },
+                )
+                .await
             }
             None => {
                 let request = upstream_request(
@@ -133,8 +141,7 @@ impl Proxy {
                     &live.forwarded,
                 )
                 .map_err(|_| SliceError::Fetch(FetchError::Origin(OriginError::Other)))?;
-                let sent = live.origins.send(&target.origin, request);
-                self.fetch(sent, target, None, live).await
+                self.get_upstream(&request, target, live).await
             }
         }
         .map_err(SliceError::Fetch)?;
@@ -142,7 +149,7 @@ impl Proxy {
             return Ok(Reply::Other(response));
         }
         let broken = |why: &str| {
-            tracing::warn!(origin = %target.origin, why, "a broken slice from the origin");
+            tracing::warn!(url = %target.key, why, "a broken slice from the origin");
             SliceError::Fetch(FetchError::Origin(OriginError::Body))
         };
         let (mut parts, mut body) = response.into_parts();
