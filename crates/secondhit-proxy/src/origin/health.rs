@@ -1,6 +1,6 @@
 //! Active health probes (`[origins.NAME.health]`): one task per server of a group that asks for
 //! probes, each asking `GET path` every `interval` through a client of its own (the origins'
-//! TLS trust), and feeding the answer to the server's health ([`ServerHealth::probed`]): `fall`
+//! TLS trust), and feeding the answer to the server's health (`ServerHealth::probed`): `fall`
 //! failures in a row take it down, `rise` successes bring it back. A state change is logged
 //! once and counted. A task holds its group weakly: when a reload replaces the group (and no
 //! request holds the old settings any more) the task ends, and the new group's tasks go on

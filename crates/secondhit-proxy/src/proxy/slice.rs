@@ -1,6 +1,6 @@
 //! Large objects in slices (`cache.slice_size`), as nginx's `slice` module and Traffic Server's
 //! `slice` plugin keep them: with slicing on, a GET miss asks the origin for the aligned slice
-//! that holds the first byte it wants (`Range: bytes=S-E`, [`Proxy::probe`]). The answer says
+//! that holds the first byte it wants (`Range: bytes=S-E`, `Proxy::probe`). The answer says
 //! how long the object is:
 //!
 //! - an object of one slice or less is the object itself: stored whole under its key, as any
@@ -10,7 +10,7 @@
 //!   flash tier; the primary key holds the object's head and version ([`Sliced`]).
 //!
 //! So the slices of a video that are played (its first minutes) are stored on their second
-//! request, and its long tail never is. Every GET of a sliced object ([`Proxy::serve_sliced`])
+//! request, and its long tail never is. Every GET of a sliced object (`Proxy::serve_sliced`)
 //! is answered slice by slice, each from memory, from flash, from the fetch another request
 //! leads, or from the origin by a `Range` request; only the slices the request covers.
 //!
@@ -158,7 +158,7 @@ fn runs(list: &[u64], max: usize) -> String {
 
 /// Which slices of a sliced response were hits (memory, flash, another request's fetch) when
 /// its head went out and which go to the origin: carried in the response's extensions to
-/// [`Proxy::finish`], which writes it into `Cache-Status` as `detail="slices hit=0-3 miss=4"`.
+/// `Proxy::finish`, which writes it into `Cache-Status` as `detail="slices hit=0-3 miss=4"`.
 /// The slice the head waited for is settled; the later ones are what the store held then.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceDetail(pub String);
