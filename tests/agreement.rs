@@ -71,6 +71,7 @@ async fn live_replay_equals_the_simulation() {
                     disk: None,
                     decompose: true,
                     slice_size: None,
+                    shield: None,
                 },
                 &Quiet,
             )

@@ -266,6 +266,7 @@ fn results_are_the_same_on_every_run_and_thread_count() {
         disk: None,
         decompose: true,
         slice_size: None,
+        shield: None,
     };
     let strip = |r: Report| {
         r.results
@@ -603,4 +604,43 @@ fn two_tiers_equal_a_reference_memory_above_flash() {
             assert_eq!(d.memory_hits, all.memory_hits);
         }
     }
+}
+
+/// A shield tier below the edge sees exactly the edge's misses; an unbounded admit-all shield
+/// sends the origin each object once; a smaller one sits between the two.
+#[test]
+fn a_shield_tier_takes_every_edge_miss_and_the_origin_only_its_own() {
+    let path = bundled("request.trace.xz");
+    let shield = |nodes: usize, capacity: u64, policy: Policy| Options {
+        policies: vec![Policy::SecondHit],
+        capacities: Capacities::Bytes(vec![4 << 20]),
+        settings: Settings {
+            window: None,
+            ..Settings::default()
+        },
+        threads: 1,
+        nodes: secondhit::sim::Nodes {
+            count: 3,
+            capacity: secondhit::sim::NodeCapacity::Split,
+        },
+        decompose: false,
+        shield: Some(secondhit::sim::ShieldOptions {
+            nodes,
+            capacity,
+            policy,
+        }),
+        ..Options::default()
+    };
+    let summary = secondhit::trace::stats::collect(trace::open(&path, None).unwrap()).unwrap();
+    let unbounded = simulate(&path, &shield(2, 1 << 40, Policy::AdmitAll));
+    let r = &unbounded.results[0];
+    let s = r.shield.as_ref().unwrap();
+    assert_eq!(s.requests, r.requests - r.hits);
+    assert_eq!(s.origin_requests, summary.objects);
+    let small = simulate(&path, &shield(2, 8 << 20, Policy::SecondHit));
+    let (r2, s2) = (&small.results[0], small.results[0].shield.as_ref().unwrap());
+    // The edge is the same run: the shield does not change what the edge does.
+    assert_eq!((r2.hits, r2.admissions), (r.hits, r.admissions));
+    assert!(s2.origin_requests > summary.objects && s2.origin_requests < s2.requests);
+    assert_eq!(s2.origin_requests, s2.requests - s2.hits);
 }

@@ -352,6 +352,22 @@ pub(crate) struct SimulateArgs {
     /// beyond are refused and counted (flash endurance as a setting).
     #[arg(long, value_parser = parse_bytes, value_name = "BYTES", requires = "disk_capacity")]
     pub(crate) disk_write_rate: Option<u64>,
+    /// A shield tier of N caches below the edge (the run's cache, or --nodes of them): every
+    /// edge miss goes to one of them by consistent hash of the key, and only their misses
+    /// reach the origin; the report adds the shield's hit ratio and the origin's requests.
+    #[arg(long, value_name = "N", requires = "shield_capacity")]
+    pub(crate) shield_nodes: Option<usize>,
+    /// The shield tier's capacity, all its caches together (with --shield-nodes).
+    #[arg(long, value_parser = parse_bytes, value_name = "SIZE", requires = "shield_nodes")]
+    pub(crate) shield_capacity: Option<u64>,
+    /// The shield tier's admission policy (with --shield-nodes).
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value = "second-hit",
+        requires = "shield_nodes"
+    )]
+    pub(crate) shield_policy: Policy,
     /// Do not step admit-all beside each other policy (its runs then take half the time, and
     /// the report has no hits lost and gained against admit-all).
     #[arg(long)]

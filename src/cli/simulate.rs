@@ -87,6 +87,11 @@ fn common_words(args: &SimulateArgs, exe: &Path) -> Vec<String> {
     if args.slice_size > 0 {
         opt("slice-size", args.slice_size.to_string());
     }
+    if let (Some(n), Some(c)) = (args.shield_nodes, args.shield_capacity) {
+        opt("shield-nodes", n.to_string());
+        opt("shield-capacity", c.to_string());
+        opt("shield-policy", args.shield_policy.to_string());
+    }
     if args.input.csv_header {
         common.push("--csv-header".into());
     }
@@ -247,6 +252,14 @@ pub(crate) fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             write_rate: args.disk_write_rate,
         }),
         decompose: !args.no_decompose,
+        shield: match (args.shield_nodes, args.shield_capacity) {
+            (Some(nodes), Some(capacity)) => Some(sim::ShieldOptions {
+                nodes,
+                capacity,
+                policy: args.shield_policy,
+            }),
+            _ => None,
+        },
         slice_size: (args.slice_size > 0).then_some(args.slice_size),
     };
     let report = sim::run(

@@ -199,6 +199,7 @@ async fn predict(
         disk: None,
         decompose: false,
         slice_size: None,
+        shield: None,
     };
     let predicted = tokio::task::spawn_blocking({
         let source = source.clone();

@@ -22,6 +22,7 @@ mod plot;
 mod report;
 mod ring;
 mod runner;
+mod shield;
 mod tiers;
 
 pub use options::{Capacities, Options};
@@ -30,6 +31,7 @@ pub use report::{Answer, Pick};
 pub use ring::{NodeCapacity, NodeResult, Nodes, Ring, POINTS_PER_NODE};
 pub use runner::{RunResult, RunSpec};
 pub use secondhit_store::{Counts, Lane, Step, WriteBudget};
+pub use shield::{ShieldOptions, ShieldResult};
 pub use tiers::{DiskOptions, DiskResult, DiskSpec, TierCounts, TwoTier};
 
 use crate::admission::{PolicyError, Settings};
@@ -98,6 +100,9 @@ pub enum SimError {
     /// A flash tier asked with what it does not support (the message names the option).
     #[error("{0}")]
     Disk(String),
+    /// A shield tier asked with what it does not support (the message names the option).
+    #[error("{0}")]
+    Shield(String),
     /// `keep_state` (`--save-state`) with more than one node.
     #[error(
         "--save-state keeps one filter: a cluster of {0} nodes has one per node; leave out --nodes"
@@ -272,7 +277,15 @@ pub fn run(
     let disk = sampled_disk(options)?;
     let runners = specs(&capacities, options, disk.as_ref())
         .iter()
-        .map(|s| Runner::new(*s, &settings, &options.nodes, options.decompose))
+        .map(|s| {
+            Runner::new(
+                *s,
+                &settings,
+                &options.nodes,
+                options.shield.as_ref(),
+                options.decompose,
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let future = passes.next_accesses()?;
 

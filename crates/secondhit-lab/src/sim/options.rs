@@ -52,6 +52,9 @@ pub struct Options {
     /// and count the hits each lost and gained against it
     /// ([`RunResult::hits_lost`](super::RunResult::hits_lost)). Default: on.
     pub decompose: bool,
+    /// A shield tier below the edge ([`ShieldOptions`](super::ShieldOptions)): every edge miss
+    /// goes to it, and only its misses reach the origin. Default: none.
+    pub shield: Option<super::ShieldOptions>,
     /// Predict `serve --slice-size`: each request becomes the slices of this many bytes it
     /// covers ([`Slices`](crate::trace::slices::Slices)); the trace's summary, the working
     /// set and every count are then in slices. `None`: whole objects.
@@ -76,6 +79,7 @@ impl Default for Options {
             nodes: Nodes::default(),
             disk: None,
             decompose: true,
+            shield: None,
             slice_size: None,
         }
     }
@@ -129,6 +133,14 @@ impl Options {
         }
         if self.keep_state && self.nodes.count > 1 {
             return Err(SimError::SaveStateNeedsOneNode(self.nodes.count));
+        }
+        if let Some(s) = &self.shield {
+            s.validate()?;
+            if self.disk.is_some() {
+                return Err(SimError::Shield(
+                    "--shield-nodes and --disk-capacity cannot be combined: give one".into(),
+                ));
+            }
         }
         match &self.disk {
             Some(d) => self.validate_disk(d),

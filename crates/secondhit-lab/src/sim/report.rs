@@ -138,6 +138,7 @@ impl Report {
             let _ = writeln!(out, "\nmemory only:");
         }
         self.memory_table(&mut out);
+        self.shield_table(&mut out);
         self.decomposition(&mut out);
         self.best_pairs(&mut out);
         let _ = writeln!(
@@ -350,6 +351,48 @@ impl Report {
                 );
             }
             let _ = writeln!(out);
+        }
+    }
+
+    /// With a shield tier: each run's edge and shield, and what reaches the origin.
+    fn shield_table(&self, out: &mut String) {
+        if self.results.iter().all(|r| r.shield.is_none()) {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nedge tier over a shield tier (every edge miss goes to the shield; its misses reach the origin):"
+        );
+        let _ = writeln!(
+            out,
+            "{:<12} {:<13} {:>8} {:<6} {:<12} {:<13} {:>10} {:>16} {:>12} {:>10}",
+            "edge",
+            "policy",
+            "edge hit",
+            "shield",
+            "capacity",
+            "policy",
+            "shield hit",
+            "origin requests",
+            "origin bytes",
+            "of requests"
+        );
+        for r in &self.results {
+            let Some(s) = &r.shield else { continue };
+            let _ = writeln!(
+                out,
+                "{:<12} {:<13} {:>7.2}% {:<6} {:<12} {:<13} {:>9.2}% {:>16} {:>12} {:>9.2}%",
+                units::bytes(r.capacity_bytes),
+                r.policy,
+                r.hit_ratio * 100.0,
+                s.nodes,
+                units::bytes(s.capacity_bytes),
+                s.policy,
+                s.hit_ratio * 100.0,
+                units::count(s.origin_requests),
+                units::bytes(s.origin_bytes),
+                100.0 * s.origin_requests as f64 / r.requests.max(1) as f64
+            );
         }
     }
 

@@ -1,7 +1,10 @@
 //! One run: what it is ([`RunSpec`]), the lanes or the two tiers it steps through the trace,
 //! and what it measured ([`RunResult`]).
 
-use super::{DiskResult, DiskSpec, NodeResult, Nodes, Ring, SimError, TwoTier};
+use super::shield::Shield;
+use super::{
+    DiskResult, DiskSpec, NodeResult, Nodes, Ring, ShieldOptions, ShieldResult, SimError, TwoTier,
+};
 use crate::admission::{Policy, Settings, Stats};
 use crate::hash::BuildFold;
 use crate::store::{Access, Eviction, StoreKind};
@@ -100,6 +103,10 @@ pub struct RunResult {
     /// together; `admissions` are memory's writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskResult>,
+    /// With [`Options::shield`](super::Options::shield): the shield tier's figures (the fields
+    /// above are the edge tier's; its `origin_bytes` are what it asked of the shield).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shield: Option<ShieldResult>,
 }
 
 /// One run as it steps through the trace, on one worker thread.
@@ -113,6 +120,8 @@ pub(super) struct Runner {
     tiers: Option<TwoTier>,
     /// Admit-all at the same size and eviction, stepped in lockstep with the lanes.
     baseline: Option<Baseline>,
+    /// The shield tier below the lanes, if any.
+    shield: Option<Shield>,
     busy: Duration,
     /// The trace time of the last request (the filter's "now" when its state is kept).
     last_time: Duration,
@@ -124,6 +133,7 @@ impl Runner {
         spec: RunSpec,
         settings: &Settings,
         nodes: &Nodes,
+        shield: Option<&ShieldOptions>,
         decompose: bool,
     ) -> Result<Runner, SimError> {
         if let Some(disk) = spec.disk {
@@ -140,10 +150,15 @@ impl Runner {
                     settings,
                 )?),
                 baseline: None,
+                shield: None,
                 busy: Duration::ZERO,
                 last_time: Duration::ZERO,
             });
         }
+        let shield = match shield {
+            Some(s) => Some(Shield::new(*s, spec.eviction, spec.store, settings)?),
+            None => None,
+        };
         let n = nodes.count.max(1);
         let capacity = nodes.node_capacity(spec.capacity);
         let lanes = (0..n)
@@ -169,6 +184,7 @@ impl Runner {
             ring: (n > 1).then(|| Ring::new(n)),
             tiers: None,
             baseline,
+            shield,
             busy: Duration::ZERO,
             last_time: Duration::ZERO,
         })
@@ -204,6 +220,11 @@ impl Runner {
         let step = self.lanes[node].step(&access, r.time);
         if let Some(b) = self.baseline.as_mut() {
             b.step(node, &access, r.time, step);
+        }
+        if step != Step::Hit {
+            if let Some(s) = self.shield.as_mut() {
+                s.step(&access, r.time);
+            }
         }
     }
 
@@ -266,6 +287,7 @@ impl Runner {
             requests_per_sec: c.requests as f64 / self.busy.as_secs_f64().max(1e-9),
             per_node,
             disk,
+            shield: self.shield.as_ref().map(Shield::result),
         }
     }
 }
@@ -430,7 +452,7 @@ mod tests {
             window: None,
             ..Settings::default()
         };
-        let mut run = Runner::new(spec, &settings, &Nodes::default(), true).unwrap();
+        let mut run = Runner::new(spec, &settings, &Nodes::default(), None, true).unwrap();
         let trace: Vec<Request> = keys
             .iter()
             .enumerate()
