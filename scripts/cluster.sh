@@ -14,10 +14,22 @@
 #      (about 1/N is the point of consistent hashing) and whether any other key moved (none
 #      should).
 #
+# With SHIELDS=M (1 or more), a shield tier sits between the nodes and the origin: M more
+# `secondhit serve` caches (SHIELD_CAPACITY in all, default twice CAPACITY; SHIELD_POLICY,
+# default admit-all: the nodes keep one-hit wonders out of memory, the shield stores every
+# object it is asked for once, so that a second request no longer reaches the origin), and each node's
+# origin is the group of them (`balance = "hash"` on the cache key, `fallback` to the origin
+# when no shield is left). The first table then also gives the requests that reached the
+# origin, beside what `simulate --nodes N --shield-nodes M` predicts and beside the nodes
+# alone (`simulate --nodes N`, no shield); in step 2 a shield, not a node, is killed, and each
+# part gives the errors (the nodes fail over to the other shields or the origin: none) and the
+# origin's requests.
+#
 # Bounded: WARM + PARTS x PART requests (default 30,000 + 10 x 3,000 of the bundled trace).
 # Everything listens on 127.0.0.1 (ports BASE..BASE+199).
 #
 # usage: scripts/cluster.sh [N]                (default 3; installs nginx/haproxy if missing)
+#        SHIELDS=2 scripts/cluster.sh 3
 #        BALANCER=haproxy scripts/cluster.sh 3
 #        TRACE=... CAPACITY=16777216 CONCURRENCY=32 WARM=30000 PART=3000 scripts/cluster.sh 2
 set -euo pipefail
@@ -31,6 +43,10 @@ WARM=${WARM:-30000}
 PART=${PART:-3000}
 PARTS=${PARTS:-10}
 BASE=${BASE:-18080}
+SHIELDS=${SHIELDS:-0}
+SHIELD_CAPACITY=${SHIELD_CAPACITY:-$((2 * CAPACITY))}
+SHIELD_POLICY=${SHIELD_POLICY:-admit-all}
+[[ "$SHIELDS" =~ ^[0-9]+$ ]] || { echo "SHIELDS must be a number, not $SHIELDS" >&2; exit 2; }
 case "$BALANCER" in nginx | haproxy) ;; *) echo "BALANCER must be nginx or haproxy" >&2; exit 2 ;; esac
 [[ "$N" =~ ^[1-9][0-9]*$ ]] || { echo "N must be a positive number, not $N" >&2; exit 2; }
 command -v "$BALANCER" >/dev/null || command -v "/usr/sbin/$BALANCER" >/dev/null || {
@@ -60,10 +76,36 @@ node_capacity=$((CAPACITY / N))
 
 "$bin" origin --listen "127.0.0.1:$origin_port" --max-age 86400 >"$dir/logs/origin.log" 2>&1 &
 pids+=($!)
+# The shields (ports BASE+50.., admin BASE+150..) and the nodes' origin group of them.
+shield_port() { echo $((BASE + 50 + $1)); }
+declare -A shield_pid
+node_origin=(--origin "http://127.0.0.1:$origin_port")
+if [ "$SHIELDS" -gt 0 ]; then
+  list=""
+  for j in $(seq 1 "$SHIELDS"); do
+    "$bin" serve --listen "127.0.0.1:$(shield_port "$j")" --admin-listen "127.0.0.1:$((BASE + 150 + j))" \
+      --origin "http://127.0.0.1:$origin_port" --capacity "$((SHIELD_CAPACITY / SHIELDS))" \
+      --policy "$SHIELD_POLICY" --window inf \
+      --log-level warn >"$dir/logs/shield$j.log" 2>&1 &
+    shield_pid[$j]=$!
+    pids+=($!)
+    list+="${list:+, }\"http://127.0.0.1:$(shield_port "$j")\""
+  done
+  cat >"$dir/node.toml" <<TOML
+origin = "shield"
+[origins.shield]
+servers = [$list]
+balance = "hash"
+fallback = "origin"
+[origins.origin]
+servers = ["http://127.0.0.1:$origin_port"]
+TOML
+  node_origin=(--config "$dir/node.toml")
+fi
 declare -A node_pid
 for i in $(seq 1 "$N"); do
-  "$bin" serve --listen "127.0.0.1:$(node_port "$i")" --admin-listen "127.0.0.1:$(admin_port "$i")" \
-    --origin "http://127.0.0.1:$origin_port" --capacity "$node_capacity" \
+  "$bin" serve "${node_origin[@]}" --listen "127.0.0.1:$(node_port "$i")" --admin-listen "127.0.0.1:$(admin_port "$i")" \
+    --capacity "$node_capacity" \
     --record "$dir/node$i.oracleGeneral" --log-level warn >"$dir/logs/node$i.log" 2>&1 &
   node_pid[$i]=$!
   pids+=($!)
@@ -104,6 +146,7 @@ wait_for() { # url
 }
 wait_for "http://127.0.0.1:$origin_port/_stats"
 for i in $(seq 1 "$N"); do wait_for "http://127.0.0.1:$(admin_port "$i")/healthz"; done
+for j in $(seq 1 "$SHIELDS"); do wait_for "http://127.0.0.1:$((BASE + 150 + j))/healthz"; done
 for _ in $(seq 1 50); do
   curl -s -o /dev/null "http://127.0.0.1:$lb_port/warmup-probe?size=1" && break
   sleep 0.1
@@ -127,6 +170,11 @@ logged() { # name, command...: its output to logs/name.log; on failure, say so a
 }
 
 echo "cluster: $N node(s) behind $BALANCER, $(numfmt --to=iec "$CAPACITY") in total ($(numfmt --to=iec "$node_capacity") each), trace $TRACE"
+if [ "$SHIELDS" -gt 0 ]; then
+  echo "shield tier: $SHIELDS cache(s), $(numfmt --to=iec "$SHIELD_CAPACITY") in total, $SHIELD_POLICY, by consistent hash of the key, falling back to the origin"
+fi
+origin_requests() { curl -s "http://127.0.0.1:$origin_port/_stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])'; }
+origin_before=$(origin_requests)
 echo
 logged warm-replay "$bin" replay --trace "$TRACE" --target "http://127.0.0.1:$lb_port" \
   --limit "$WARM" --concurrency "$CONCURRENCY" --origin-stats "http://127.0.0.1:$origin_port/_stats" \
@@ -143,6 +191,14 @@ for i in $(seq 1 "$N"); do
   printf '%-8s %10s %9.2f%%\n' "node$i" "$all" "$(python3 -c "print(100 * $hits / max($all, 1))")"
 done
 predicted=$(predict "$WARM")
+if [ "$SHIELDS" -gt 0 ]; then
+  # What reached the origin, live and predicted, with the shield tier and without it.
+  live_origin=$(( $(origin_requests) - origin_before ))
+  logged simulate-shield "$bin" simulate --trace "$TRACE" --limit "$WARM" --policy second-hit \
+    --capacity "$CAPACITY" --nodes "$N" --window inf --shield-nodes "$SHIELDS" \
+    --shield-capacity "$SHIELD_CAPACITY" --shield-policy "$SHIELD_POLICY" --json "$dir/shield.json" || exit 1
+  echo "origin requests: $live_origin live with the shield tier; predicted $(json "$dir/shield.json" "r['results'][0]['shield']['origin_requests']") (simulate --nodes $N --shield-nodes $SHIELDS); without a shield tier $((WARM - predicted)) predicted (the nodes' misses)"
+fi
 printf '%-8s %10s %9.2f%%   predicted (simulate --nodes %s) %.2f %%; origin offload %.2f %%, %.0f requests/s, p99 %.2f ms, errors %s\n' total \
   "$(json "$dir/warm.json" "r['requests']")" "$(json "$dir/warm.json" "100 * r['hit_ratio']")" "$N" \
   "$(python3 -c "print(100 * $predicted / $WARM)")" \
@@ -151,7 +207,42 @@ printf '%-8s %10s %9.2f%%   predicted (simulate --nodes %s) %.2f %%; origin offl
   "$(json "$dir/warm.json" "r['latency_ms']['p99']")" \
   "$(json "$dir/warm.json" "r['errors']")"
 
-[ "$N" -gt 1 ] || exit 0
+[ "$N" -gt 1 ] || [ "$SHIELDS" -gt 0 ] || exit 0
+
+if [ "$SHIELDS" -gt 0 ]; then
+  # A shield killed early in part 1: the nodes fail over (the dead shield's keys go to the next
+  # shield on the ring, or to the origin with none left); the clients see no error.
+  echo
+  echo "shield$SHIELDS killed (SIGKILL) early in part 1; the next $((PARTS * PART)) requests in parts of $PART:"
+  printf '%-6s %10s %10s %16s %8s\n' part requests hit "origin requests" errors
+  for k in $(seq 0 $((PARTS - 1))); do
+    at=$(origin_requests)
+    logged "part$k" "$bin" replay --trace "$TRACE" --target "http://127.0.0.1:$lb_port" \
+      --skip $((WARM + k * PART)) --limit "$PART" --concurrency "$CONCURRENCY" \
+      --json "$dir/part$k.json" &
+    replay=$!
+    pids+=("$replay")
+    if [ "$k" = 0 ]; then
+      sleep 0.3
+      { kill -KILL "${shield_pid[$SHIELDS]}" && wait "${shield_pid[$SHIELDS]}"; } 2>/dev/null || true
+    fi
+    wait "$replay" || exit 1
+    printf '%-6s %10s %9.2f%% %16s %8s\n' $((k + 1)) "$(json "$dir/part$k.json" "r['requests']")" \
+      "$(json "$dir/part$k.json" "100 * r['hit_ratio']")" "$(( $(origin_requests) - at ))" \
+      "$(json "$dir/part$k.json" "r['errors']")"
+  done
+  echo
+  echo "node1's view of the shield group after the stop (/origins):"
+  curl -s "http://127.0.0.1:$(admin_port 1)/origins" >"$dir/origins.json"
+  python3 - "$dir/origins.json" <<'PY'
+import json, sys
+for g in json.load(open(sys.argv[1]))["groups"]:
+    for s in g["servers"]:
+        print("  %-7s %-24s up=%-5s requests=%-7d errors=%-4d ejections=%d"
+              % (g["name"], s["url"], s["up"], s["requests"], s["errors"], s["ejections"]))
+PY
+  exit 0
+fi
 
 # Where each node's recording stood before the stop (the queue drains within milliseconds).
 sleep 1

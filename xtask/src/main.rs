@@ -111,6 +111,13 @@ const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "failover",
+        title: "Origin failover: a server of three killed and restarted under a trace replay",
+        peer: "nginx upstream, max_fails=1 fail_timeout=5s, proxy_next_upstream error timeout http_502 http_503",
+        script: "scripts/bench-failover.sh",
+        knobs: &["CONCURRENCY", "RATE", "KILL_AT", "RESTART_AT", "PROFILE", "BENCH_DIR"],
+    },
+    Suite {
         name: "simulate",
         title: "The simulator against libCacheSim: speed and agreement",
         peer: "libCacheSim (PyPI libcachesim, C core)",
