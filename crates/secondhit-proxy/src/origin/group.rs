@@ -315,6 +315,10 @@ impl Group {
     /// `None` when no server is left.
     pub fn pick(&self, key: u64, tried: Tried, now: Duration) -> Option<usize> {
         let usable = |i: usize| tried & (1 << i) == 0 && self.servers[i].health.available(now);
+        // A group of one (every plain URL): no turn to take, no cursor shared by the workers.
+        if self.servers.len() == 1 {
+            return usable(0).then_some(0);
+        }
         for t in 0..2 {
             if !self.tiers[t].iter().any(|&i| usable(i)) {
                 continue;
