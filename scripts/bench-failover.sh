@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Origin failover, live: three `secondhit origin` servers (weights 1, 1, 2) behind `secondhit
 # serve` (an [origins] group: retry on connect, timeout, 502, 503, 504; a server ejected after
-# one failure for 5 s; probes of /_stats every second, fall 1, rise 1) and behind nginx (an
+# one failure for 5 s; probes of /_stats every second, timeout 1 s, fall 2, rise 1) and behind nginx (an
 # upstream of the same weights, max_fails=1 fail_timeout=5s, proxy_next_upstream error timeout
 # http_502 http_503, proxy_cache with min_uses 2), in one run. Each replays the bundled web
 # trace at CONCURRENCY (64) and RATE requests/s (4,000); server 2 is killed (SIGKILL) KILL_AT
@@ -76,9 +76,9 @@ max_ejection = "5s"
 [origins.fleet.health]
 path = "/_stats"
 interval = "1s"
-timeout = "500ms"
+timeout = "1s"
 rise = 1
-fall = 1
+fall = 2
 TOML
 cat >"$dir/nginx.conf" <<NGINX
 worker_processes ${NGINX_WORKERS:-2};
@@ -178,6 +178,8 @@ u = next((t for t in ups if t0 + t >= restart), None)
 print(f"{o + t0 - kill:.2f}s" if o is not None else "never", f"{u + t0 - restart:.2f}s" if u is not None else "never")
 PY
 )
+    flips=$(python3 -c 'import sys; print(", ".join(f"{e} {float(t) - (float(sys.argv[2]) - float(sys.argv[3])):+.2f}s" for e, t in (l.split() for l in open(sys.argv[1]))))' "$dir/events" "$t_kill" "$t0")
+    echo "$flips" >"$dir/flips"
   fi
   python3 - "$dir/run.json" "$name" "$out" "$back" "${before[@]}" <<'PY'
 import json, sys
@@ -200,3 +202,4 @@ PY
 done
 echo
 echo "secondhit's retries: $(cat "$dir/retries")"
+echo "server 2 in secondhit's group, each change of up from /origins (time from the kill): $(cat "$dir/flips")"
