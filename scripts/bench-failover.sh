@@ -139,7 +139,7 @@ while time.monotonic() - start < 30:
         v = json.load(urllib.request.urlopen("http://127.0.0.1:18094/origins", timeout=1))
         now = [s["up"] for g in v["groups"] if g["name"] == "fleet" for s in g["servers"]][1]
         if now != up:
-            out.write(f"{'up' if now else 'out'} {time.monotonic() - start:.3f}\n")
+            out.write(f"{'up' if now else 'out'} {time.time():.3f}\n")
             out.flush()
             up = now
     except Exception:
@@ -173,12 +173,12 @@ events = [l.split() for l in open(sys.argv[1])]
 t0, kill, restart = (float(x) for x in sys.argv[2:5])
 outs = [float(t) for e, t in events if e == "out"]
 ups = [float(t) for e, t in events if e == "up"]
-o = next((t for t in outs if t0 + t >= kill), None)
-u = next((t for t in ups if t0 + t >= restart), None)
-print(f"{o + t0 - kill:.2f}s" if o is not None else "never", f"{u + t0 - restart:.2f}s" if u is not None else "never")
+o = next((t for t in outs if t >= kill - 0.05), None)
+u = next((t for t in ups if t >= restart), None)
+print(f"{o - kill:.2f}s" if o is not None else "never", f"{u - restart:.2f}s" if u is not None else "never")
 PY
 )
-    flips=$(python3 -c 'import sys; print(", ".join(f"{e} {float(t) - (float(sys.argv[2]) - float(sys.argv[3])):+.2f}s" for e, t in (l.split() for l in open(sys.argv[1]))))' "$dir/events" "$t_kill" "$t0")
+    flips=$(python3 -c 'import sys; print(", ".join(f"{e} {float(t) - float(sys.argv[2]):+.2f}s" for e, t in (l.split() for l in open(sys.argv[1]))))' "$dir/events" "$t_kill")
     echo "$flips" >"$dir/flips"
   fi
   python3 - "$dir/run.json" "$name" "$out" "$back" "${before[@]}" <<'PY'

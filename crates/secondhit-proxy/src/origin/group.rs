@@ -251,6 +251,8 @@ pub struct Group {
     pub health: Option<HealthConfig>,
     /// The group behind a group of parent caches.
     pub fallback: Option<GroupId>,
+    /// Its name, for the admin view.
+    fallback_name: Option<String>,
     cursor: AtomicU64,
     /// Primaries and backups: their round-robin turns and their rings.
     turns: [Box<[u16]>; 2],
@@ -299,6 +301,7 @@ impl Group {
             outlier: config.outlier.clone(),
             health: config.health.clone(),
             fallback,
+            fallback_name: config.fallback.clone(),
             cursor: AtomicU64::new(0),
             turns: [schedule(&servers, &tiers[0]), schedule(&servers, &tiers[1])],
             rings: [
@@ -460,7 +463,7 @@ impl Group {
         serde_json::json!({
             "name": self.name,
             "balance": self.balance.as_str(),
-            "fallback": self.fallback,
+            "fallback": self.fallback_name,
             "tries": self.tries,
             "probes": self.health.as_ref().map(|h| h.path.clone()),
             "servers": servers,
