@@ -44,6 +44,9 @@
 #          from Debian if missing) for miss_1k and hit_1k: nginx (one process) and secondhit
 #          (one worker), each alone at 16 connections. Exact to a fraction of a per cent from run to
 #          run, where the timings above drift: what a code change saves shows here first
+#        ORIGINS=3 BASELINE=path/to/older/secondhit scripts/bench-proxy.sh
+#          the origin answers on three ports and this build's default origin is a group of the
+#          three (--origin given three times; the baseline keeps one): what the group costs
 #        LAB=1 scripts/bench-proxy.sh
 #          also runs this build with three shadow policies and the recording on (--shadow
 #          admit-all,nth-hit:3,second-hit:window=10m --record FILE): what the lab costs
@@ -80,6 +83,12 @@ if [ -n "${ACCESS_LOG:-}" ]; then
   SECONDHIT_LOG=(--access-log-format combined --access-log-file "$dir/logs/secondhit-access.log")
 fi
 static_nginx_conf "$dir/origin.conf" "$dir/www" 18081 "$dir/origin-nginx.pid" "$dir/logs/origin-error.log"
+origin_flags=(--origin http://127.0.0.1:18081)
+if [ "${ORIGINS:-1}" = 3 ]; then
+  # The same files on two more ports: three servers for the group.
+  sed -i 's|^    listen 127.0.0.1:18081;|    listen 127.0.0.1:18081;\n    listen 127.0.0.1:18088;\n    listen 127.0.0.1:18089;|' "$dir/origin.conf"
+  origin_flags+=(--origin http://127.0.0.1:18088 --origin http://127.0.0.1:18089)
+fi
 NGINX_LOG=$NGINX_LOG nginx_cache_conf "$dir/cache.conf" "$dir" 18082 2 256m "$dir/cache-nginx.pid"
 nginx -p "$dir" -c "$dir/origin.conf"
 nginx -p "$dir" -c "$dir/cache.conf"
@@ -88,7 +97,7 @@ nginx -p "$dir" -c "$dir/cache.conf"
 # shared fairly between sessions first, so a cache started from this script would share one
 # session's share with wrk while nginx's caches had their own. Measured that way, secondhit's
 # miss_1k p99 was 2-5x nginx's (5-25 ms); in a session of its own it is nginx's.
-setsid "$bin" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18083 \
+setsid "$bin" serve "${origin_flags[@]}" --listen 127.0.0.1:18083 \
   --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"

@@ -71,7 +71,22 @@ const SUITES: &[Suite] = &[
             "BASELINE_LOG",
             "LAB",
             "ICOUNT",
+            "ORIGINS",
             "ACCESS_LOG",
+        ],
+    },
+    Suite {
+        name: "group-cost",
+        title: "What an origin group costs the miss path (ORIGINS=3: a group of three against one origin)",
+        peer: "the build before origin groups (BASELINE, one origin), and nginx",
+        script: "scripts/bench-proxy.sh",
+        knobs: &[
+            "SCENARIOS",
+            "RUNS",
+            "DURATION",
+            "SECONDHIT_BIN",
+            "BASELINE",
+            "ORIGINS",
         ],
     },
     Suite {
