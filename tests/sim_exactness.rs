@@ -266,6 +266,7 @@ fn results_are_the_same_on_every_run_and_thread_count() {
         disk: None,
         decompose: true,
         slice_size: None,
+        object_cost: 0,
         shield: None,
     };
     let strip = |r: Report| {

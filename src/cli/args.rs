@@ -173,6 +173,14 @@ pub(crate) struct DemoArgs {
     /// Policies, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "admit-all,second-hit")]
     pub(crate) policy: Vec<Policy>,
+    /// Requests in flight at once (1 keeps the trace's order, and the agreement tight).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub(crate) concurrency: u64,
+    /// Run the proxy in lab mode (cache.lab_mode: body-only weights, the simulator's moka
+    /// maintenance) and predict with body-only weights: live equals simulated exactly. Default:
+    /// production settings, predicted with `simulate --object-cost serve`.
+    #[arg(long)]
+    pub(crate) lab_mode: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -378,6 +386,12 @@ pub(crate) struct SimulateArgs {
     /// working set are then in slices. 0: off.
     #[arg(long, value_parser = parse_bytes, value_name = "SIZE", default_value = "0")]
     pub(crate) slice_size: u64,
+    /// Weigh each stored object as its body plus COST bytes, as `serve` charges its key, header
+    /// fields and bookkeeping against `cache.capacity`: `serve` for what it charges a typical
+    /// object (docs/lab.md, "The cost model"), or a size for a foreign cache. Hits and bytes stay
+    /// body bytes. 0: an object weighs its size (libCacheSim's model).
+    #[arg(long, value_parser = parse_object_cost, value_name = "serve|COST", default_value = "0")]
+    pub(crate) object_cost: u64,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -467,6 +481,15 @@ pub(crate) fn evictions(args: &[Evictions]) -> Vec<Eviction> {
 
 pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     secondhit::units::parse_bytes(s)
+}
+
+/// `--object-cost`: `serve`, or a size.
+pub(crate) fn parse_object_cost(s: &str) -> Result<u64, String> {
+    if s.eq_ignore_ascii_case("serve") {
+        Ok(secondhit::sim::OBJECT_COST_SERVE)
+    } else {
+        parse_bytes(s).map_err(|e| format!("{e}; or \"serve\" for what serve charges an object"))
+    }
 }
 
 #[derive(clap::Args, Debug)]

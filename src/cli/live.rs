@@ -12,7 +12,8 @@ pub(crate) fn demo(args: DemoArgs) -> anyhow::Result<()> {
         requests: args.requests,
         capacity_fraction: args.capacity_fraction,
         policies: args.policy,
-        concurrency: 1,
+        concurrency: usize::try_from(args.concurrency).unwrap_or(1),
+        lab_mode: args.lab_mode,
     };
     let report = runtime()?.block_on(secondhit::demo::run(
         &source(None, None),

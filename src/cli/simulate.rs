@@ -87,6 +87,9 @@ fn common_words(args: &SimulateArgs, exe: &Path) -> Vec<String> {
     if args.slice_size > 0 {
         opt("slice-size", args.slice_size.to_string());
     }
+    if args.object_cost > 0 {
+        opt("object-cost", args.object_cost.to_string());
+    }
     if let (Some(n), Some(c)) = (args.shield_nodes, args.shield_capacity) {
         opt("shield-nodes", n.to_string());
         opt("shield-capacity", c.to_string());
@@ -261,6 +264,7 @@ pub(crate) fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             _ => None,
         },
         slice_size: (args.slice_size > 0).then_some(args.slice_size),
+        object_cost: args.object_cost,
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),

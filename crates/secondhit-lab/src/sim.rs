@@ -34,6 +34,15 @@ pub use secondhit_store::{Counts, Lane, Step, WriteBudget};
 pub use shield::{ShieldOptions, ShieldResult};
 pub use tiers::{DiskOptions, DiskResult, DiskSpec, TierCounts, TwoTier};
 
+/// What `serve` charges a stored object beside its body (`simulate --object-cost serve`):
+/// its key, its header fields and its bookkeeping (moka's entry, the object's struct, the
+/// allocations). Measured, not guessed: `serve --policy admit-all` in front of `secondhit
+/// origin`, the bundled trace's first 5,000 requests at concurrency 1, the cache's weighted
+/// bytes less the stored bodies, over its 3,430 entries: 1,229 bytes (tests/agreement.rs
+/// re-measures it on every run and holds this constant to it). An origin that sends more header
+/// bytes, or longer URLs, costs more: give `--object-cost` in bytes for those (docs/lab.md).
+pub const OBJECT_COST_SERVE: u64 = 1229;
+
 use crate::admission::{PolicyError, Settings};
 use crate::store::Eviction;
 use crate::trace::convert::{carried_next_accesses, next_accesses};
@@ -415,6 +424,7 @@ fn specs(
                     capacity,
                     fraction,
                     disk: None,
+                    object_cost: options.object_cost,
                 };
                 let Some(d) = disk else {
                     specs.push(spec);

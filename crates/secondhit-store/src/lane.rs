@@ -92,6 +92,8 @@ pub struct Lane {
     /// The exact policy with the same windows, asked about the same misses.
     counterpart: Option<Box<dyn Admission>>,
     capacity: u64,
+    /// Bytes the store charges each object beside its body ([`Lane::with_object_cost`]).
+    object_cost: u64,
     counts: Counts,
 }
 
@@ -122,8 +124,17 @@ impl Lane {
             admission: settings.build(policy)?,
             counterpart,
             capacity,
+            object_cost: 0,
             counts: Counts::default(),
         })
+    }
+
+    /// The store charges every object `cost` bytes beside its body, as a live cache's weigher
+    /// charges its key, header fields and bookkeeping (`simulate --object-cost`). Hits and bytes
+    /// are still counted in body bytes; only what fits in the capacity changes. Default 0.
+    pub fn with_object_cost(mut self, cost: u64) -> Lane {
+        self.object_cost = cost;
+        self
     }
 
     /// One request at `time` (the policy's clock).
@@ -140,14 +151,21 @@ impl Lane {
         let c = &mut self.counts;
         c.requests += 1;
         c.requested_bytes += access.size;
+        // The store sees the object's weight; the counts, and the policy, its body.
+        let body = access.size;
+        let weighed = Access {
+            size: body.saturating_add(self.object_cost),
+            ..*access
+        };
+        let access = &weighed;
         if self.store.get(access) {
             c.hits += 1;
-            c.hit_bytes += access.size;
+            c.hit_bytes += body;
             return Step::Hit;
         }
         let admit = self
             .admission
-            .on_miss_sized(access.key, access.size, time)
+            .on_miss_sized(access.key, body, time)
             .is_admit();
         if let Some(exact) = &self.counterpart {
             let exact = exact.on_miss(access.key, time).is_admit();
@@ -161,7 +179,7 @@ impl Lane {
             return Step::Refused;
         }
         c.admissions += 1;
-        c.admitted_bytes += access.size;
+        c.admitted_bytes += body;
         if self.store.put(access) {
             Step::Written
         } else {
@@ -199,5 +217,51 @@ impl Lane {
     /// Moves the objects evicted since the last call into `out`, as (key, size).
     pub fn take_evicted(&mut self, out: &mut Vec<(u128, u64)>) {
         self.store.take_evicted(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secondhit_admission::admission::Policy;
+
+    fn lane(cost: u64) -> Lane {
+        Lane::new(
+            Policy::AdmitAll,
+            Eviction::Lru,
+            StoreKind::Exact,
+            100,
+            &Settings::default(),
+            false,
+        )
+        .unwrap()
+        .with_object_cost(cost)
+    }
+
+    #[test]
+    fn an_object_cost_shrinks_what_fits_but_not_the_bytes_counted() {
+        // Objects of 10 bytes: ten fit in 100 bytes alone, two when each also costs 40.
+        for (cost, fit) in [(0, 10), (40, 2)] {
+            let mut l = lane(cost);
+            for id in 0..10 {
+                assert_eq!(
+                    l.step(&Access::new(id, 10, id), Duration::ZERO),
+                    Step::Written
+                );
+            }
+            let hits = (0..10)
+                .filter(|&id| l.step(&Access::new(id, 10, 10 + id), Duration::ZERO) == Step::Hit)
+                .count();
+            assert_eq!(hits, if cost == 0 { 10 } else { 0 }, "cost {cost}");
+            assert_eq!(l.used_bytes(), fit * (10 + cost), "cost {cost}");
+            let c = l.counts();
+            assert_eq!(c.admitted_bytes, c.admissions * 10, "bodies, not weights");
+            assert_eq!(c.hit_bytes, c.hits * 10);
+        }
+        // Larger than the cache once weighed: refused, nothing evicted.
+        let mut l = lane(95);
+        assert_eq!(l.step(&Access::new(1, 5, 0), Duration::ZERO), Step::Written);
+        assert_eq!(l.step(&Access::new(2, 6, 1), Duration::ZERO), Step::Refused);
+        assert_eq!(l.step(&Access::new(1, 5, 2), Duration::ZERO), Step::Hit);
     }
 }

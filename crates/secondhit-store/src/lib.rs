@@ -355,12 +355,13 @@ pub fn exact(eviction: Eviction, capacity: u64) -> Option<Box<dyn SimStore>> {
     })
 }
 
-/// A moka cache and, in lab mode, the maintenance that makes it exact: run to a fixed point after
-/// every write and every [`Maintained::READS_PER_MAINTENANCE`] reads, as the simulator's
-/// [`MokaStore`] and the proxy's `cache.lab_mode` both need. Without lab mode it is moka as it is.
+/// A moka cache and, when exact, the maintenance that makes it predictable: run to a fixed point
+/// after every write and every [`Maintained::READS_PER_MAINTENANCE`] reads, as the simulator's
+/// [`MokaStore`] does and the proxy's `cache.exact_maintenance` (on by default) asks. Otherwise
+/// it is moka as it is, maintained when its buffers fill or its timer says.
 pub struct Maintained<K, V, S = std::collections::hash_map::RandomState> {
     cache: Cache<K, V, S>,
-    /// Reads since the last maintenance run, or `None` when not in lab mode.
+    /// Reads since the last maintenance run, or `None` when not exact.
     reads: Option<AtomicU32>,
 }
 
@@ -373,11 +374,11 @@ where
     /// Reads buffered before maintenance runs. moka's read log holds more, so none is dropped.
     pub const READS_PER_MAINTENANCE: u32 = 32;
 
-    /// Wraps `cache`; `lab`: run maintenance to a fixed point as described above.
-    pub fn new(cache: Cache<K, V, S>, lab: bool) -> Self {
+    /// Wraps `cache`; `exact`: run maintenance to a fixed point as described above.
+    pub fn new(cache: Cache<K, V, S>, exact: bool) -> Self {
         Maintained {
             cache,
-            reads: lab.then(|| AtomicU32::new(0)),
+            reads: exact.then(|| AtomicU32::new(0)),
         }
     }
 

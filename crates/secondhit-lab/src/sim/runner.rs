@@ -30,6 +30,8 @@ pub struct RunSpec {
     pub fraction: Option<f64>,
     /// The flash tier below, if any.
     pub disk: Option<DiskSpec>,
+    /// Bytes each stored object costs beside its body ([`Options::object_cost`](super::Options::object_cost)).
+    pub object_cost: u64,
 }
 
 /// One run's figures. Ratios are fractions in [0, 1]; sizes are bytes.
@@ -156,7 +158,13 @@ impl Runner {
             });
         }
         let shield = match shield {
-            Some(s) => Some(Shield::new(*s, spec.eviction, spec.store, settings)?),
+            Some(s) => Some(Shield::new(
+                *s,
+                spec.eviction,
+                spec.store,
+                spec.object_cost,
+                settings,
+            )?),
             None => None,
         };
         let n = nodes.count.max(1);
@@ -171,6 +179,7 @@ impl Runner {
                     settings,
                     true,
                 )
+                .map(|l| l.with_object_cost(spec.object_cost))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let baseline = if decompose && spec.policy != Policy::AdmitAll {
@@ -327,6 +336,7 @@ impl Baseline {
                     settings,
                     false,
                 )
+                .map(|l| l.with_object_cost(spec.object_cost))
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Every lane is the same kind of store: all report evictions, or none.
@@ -447,6 +457,7 @@ mod tests {
             capacity,
             fraction: None,
             disk: None,
+            object_cost: 0,
         };
         let settings = Settings {
             window: None,

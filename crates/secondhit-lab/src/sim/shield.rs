@@ -47,16 +47,21 @@ pub(super) struct Shield {
 }
 
 impl Shield {
-    /// An empty shield tier; its caches evict as the edge's (`eviction`, `store`).
+    /// An empty shield tier; its caches evict and weigh objects as the edge's (`eviction`,
+    /// `store`, `object_cost`).
     pub(super) fn new(
         options: ShieldOptions,
         eviction: Eviction,
         store: StoreKind,
+        object_cost: u64,
         settings: &Settings,
     ) -> Result<Shield, SimError> {
         let each = options.capacity / options.nodes as u64;
         let lanes = (0..options.nodes)
-            .map(|_| Lane::new(options.policy, eviction, store, each, settings, false))
+            .map(|_| {
+                Lane::new(options.policy, eviction, store, each, settings, false)
+                    .map(|l| l.with_object_cost(object_cost))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Shield {
             lanes,

@@ -145,9 +145,16 @@ pub struct CacheConfig {
     /// through and are never stored, and a `Range` miss is forwarded and not stored.
     #[serde(deserialize_with = "de_bytes")]
     pub slice_size: u64,
-    /// Weigh entries by body only and run moka's maintenance after every write and every 32
-    /// reads, as `simulate --store moka` does: the store then keeps exactly the simulator's LRU.
-    /// Slower; for agreement runs (`secondhit demo`), not for production.
+    /// Run moka's maintenance after every write and every 32 reads, as `simulate --store moka`
+    /// does, instead of when moka's own buffers and timer say: evictions then follow the order
+    /// of requests, not of a 300 ms timer, and `simulate` predicts them (docs/lab.md). Measured
+    /// free on the hit and write paths (`scripts/bench-maintenance.sh`); off for a many-core
+    /// host whose workers would queue on moka's maintenance lock.
+    pub exact_maintenance: bool,
+    /// Weigh entries by body only (and maintain them exactly), as `simulate --store moka`
+    /// without `--object-cost`: the store then keeps exactly the simulator's LRU. For
+    /// agreement runs (`secondhit demo --lab-mode`), not for production: the capacity then
+    /// bounds bodies, not memory.
     pub lab_mode: bool,
     /// The flash tier under memory (off unless `dir` is set).
     pub disk: DiskConfig,
@@ -211,6 +218,7 @@ impl Default for CacheConfig {
                 .collect(),
             accept_encoding: Vec::new(),
             slice_size: 0,
+            exact_maintenance: true,
             lab_mode: false,
             disk: DiskConfig::default(),
         }

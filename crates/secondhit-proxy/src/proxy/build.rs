@@ -146,7 +146,7 @@ fn build_store(config: &ValidConfig, disk: Option<(Arc<DiskTier>, Arc<dyn Clock>
             .build_with_hasher(hasher),
         None => builder.build_with_hasher(hasher),
     };
-    Maintained::new(cache, lab)
+    Maintained::new(cache, lab || config.cache.exact_maintenance)
 }
 
 /// The shadows and the recording a configuration asks for.
