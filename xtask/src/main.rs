@@ -90,6 +90,13 @@ const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "maintenance",
+        title: "moka's maintenance: exact (as the simulator's, the default) against moka's own",
+        peer: "the same build with cache.exact_maintenance = false",
+        script: "scripts/bench-maintenance.sh",
+        knobs: &["CONCURRENCY", "ROUNDS", "PROFILE", "BENCH_DIR"],
+    },
+    Suite {
         name: "replay",
         title: "A trace replayed live: secondhit serve against nginx",
         peer: "nginx proxy_cache, proxy_cache_min_uses 2",
