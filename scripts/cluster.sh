@@ -106,7 +106,7 @@ declare -A node_pid
 for i in $(seq 1 "$N"); do
   "$bin" serve "${node_origin[@]}" --listen "127.0.0.1:$(node_port "$i")" --admin-listen "127.0.0.1:$(admin_port "$i")" \
     --capacity "$node_capacity" \
-    --record "$dir/node$i.oracleGeneral" --log-level warn >"$dir/logs/node$i.log" 2>&1 &
+    --record "$dir/node$i.oracleGeneral" --record-format oracle-general --log-level warn >"$dir/logs/node$i.log" 2>&1 &
   node_pid[$i]=$!
   pids+=($!)
 done

@@ -74,6 +74,7 @@ async fn live_replay_equals_the_simulation() {
                     decompose: true,
                     slice_size: None,
                     object_cost: 0,
+                    stale_keep: std::time::Duration::from_secs(4 * 3600),
                     shield: None,
                 },
                 &Quiet,

@@ -267,6 +267,7 @@ fn results_are_the_same_on_every_run_and_thread_count() {
         decompose: true,
         slice_size: None,
         object_cost: 0,
+        stale_keep: std::time::Duration::from_secs(4 * 3600),
         shield: None,
     };
     let strip = |r: Report| {

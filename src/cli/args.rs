@@ -70,8 +70,10 @@ pub(crate) enum Command {
 /// Where a trace comes from and how to read it.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct TraceInput {
-    /// Trace format: oracle-general, webcachesim, cache2k, tencent-photo or csv. Guessed from the
-    /// file name when left out (after any .gz/.xz/.bz2/.zst extension).
+    /// Trace format: oracle-general, webcachesim, cache2k, tencent-photo, csv or
+    /// secondhit-recording. Left out: a recording of `serve --record` is recognised by its
+    /// content, any other format guessed from the file name (after any .gz/.xz/.bz2/.zst
+    /// extension).
     #[arg(long)]
     pub(crate) format: Option<String>,
     /// For --format csv: which 1-based columns hold the fields, e.g. "time=1,key=2,size=3"
@@ -392,6 +394,11 @@ pub(crate) struct SimulateArgs {
     /// body bytes. 0: an object weighs its size (libCacheSim's model).
     #[arg(long, value_parser = parse_object_cost, value_name = "serve|COST", default_value = "0")]
     pub(crate) object_cost: u64,
+    /// On a recording of `serve --record` (which says how long each object stayed fresh): how
+    /// long a stale object is kept for revalidation before it is dropped, as serve's
+    /// cache.stale_keep. A stale hit is not a hit: the live cache revalidated it.
+    #[arg(long, value_parser = parse_finite_duration, default_value = "4h")]
+    pub(crate) stale_keep: std::time::Duration,
     /// Write the report as one JSON object to FILE, or to stdout with "-".
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -481,6 +488,15 @@ pub(crate) fn evictions(args: &[Evictions]) -> Vec<Eviction> {
 
 pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     secondhit::units::parse_bytes(s)
+}
+
+/// `--record-format`.
+pub(crate) fn parse_record_format(s: &str) -> Result<secondhit::lab::RecordFormat, String> {
+    match s {
+        "secondhit" => Ok(secondhit::lab::RecordFormat::Secondhit),
+        "oracle-general" => Ok(secondhit::lab::RecordFormat::OracleGeneral),
+        other => Err(format!("{other:?}: secondhit or oracle-general")),
+    }
 }
 
 /// `--object-cost`: `serve`, or a size.
@@ -647,10 +663,16 @@ pub(crate) struct Overrides {
     /// eviction, capacity (default: the live cache's). Figures: secondhit_shadow_* in /metrics.
     #[arg(long, value_delimiter = ',', value_name = "POLICY[:OPTION=VALUE]...")]
     pub(crate) shadow: Option<Vec<ShadowSpec>>,
-    /// Record every lookup as an oracleGeneral trace into FILE (64-bit key hashes, never
-    /// URLs), rotated at lab.record_max_bytes; `secondhit simulate --trace FILE` reads it.
+    /// Record every lookup into FILE (64-bit key hashes, never URLs; with the weight charged,
+    /// whether storable, how long fresh), rotated at lab.record_max_bytes;
+    /// `secondhit simulate --trace FILE` reads it and predicts this edge. lab.record_format =
+    /// "oracle-general" writes libCacheSim's format instead.
     #[arg(long, value_name = "FILE")]
     pub(crate) record: Option<PathBuf>,
+    /// The recording's format (replaces lab.record_format): secondhit (the default: weights,
+    /// storability and freshness, for simulate) or oracle-general (libCacheSim's).
+    #[arg(long, value_name = "FORMAT", value_parser = parse_record_format)]
+    pub(crate) record_format: Option<secondhit::lab::RecordFormat>,
     /// Threads serving the public listeners, each with its own event loop and origin pool
     /// (default: one per core).
     #[arg(long, value_name = "N")]
@@ -771,6 +793,9 @@ impl Overrides {
         }
         if let Some(v) = o.record {
             config.lab.record = Some(v);
+        }
+        if let Some(v) = o.record_format {
+            config.lab.record_format = v;
         }
         Ok(())
     }

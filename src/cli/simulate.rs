@@ -90,6 +90,9 @@ fn common_words(args: &SimulateArgs, exe: &Path) -> Vec<String> {
     if args.object_cost > 0 {
         opt("object-cost", args.object_cost.to_string());
     }
+    if args.stale_keep != std::time::Duration::from_secs(4 * 3600) {
+        opt("stale-keep", format!("{}ms", args.stale_keep.as_millis()));
+    }
     if let (Some(n), Some(c)) = (args.shield_nodes, args.shield_capacity) {
         opt("shield-nodes", n.to_string());
         opt("shield-capacity", c.to_string());
@@ -265,6 +268,7 @@ pub(crate) fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         },
         slice_size: (args.slice_size > 0).then_some(args.slice_size),
         object_cost: args.object_cost,
+        stale_keep: args.stale_keep,
     };
     let report = sim::run(
         &source(args.trace.as_deref(), format),

@@ -230,6 +230,7 @@ async fn predict(
         decompose: false,
         slice_size: None,
         object_cost,
+        stale_keep: std::time::Duration::from_secs(4 * 3600),
         shield: None,
     };
     let predicted = tokio::task::spawn_blocking({

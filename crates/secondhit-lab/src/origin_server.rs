@@ -2,7 +2,9 @@
 //!
 //! `GET /<key>?size=<bytes>` answers exactly `size` bytes whose content is derived from the key
 //! ([`content`]), so any client can check every byte, with `Cache-Control: public, max-age=N`,
-//! `ETag`, `Last-Modified` and `Content-Length`; `HEAD` and single `Range`s work. It counts
+//! `ETag`, `Last-Modified` and `Content-Length`; `HEAD` and single `Range`s work, and a GET
+//! whose `If-None-Match` names the object's `ETag` is answered 304 (a cache's revalidation
+//! refreshes its copy without a body, as from a real origin). It counts
 //! requests and body bytes, readable as JSON at `/_stats`. Optional faults, chosen per request
 //! with a seeded RNG: latency, 5xx, a reset mid-body, a body shorter than its Content-Length, a
 //! slow drip.
@@ -162,6 +164,9 @@ pub struct OriginStats {
     pub bytes: u64,
     /// Responses with injected faults.
     pub faults: u64,
+    /// Conditional GETs answered 304 (`If-None-Match` named the object's `ETag`).
+    #[serde(default)]
+    pub not_modified: u64,
 }
 
 #[derive(Default)]
@@ -169,6 +174,7 @@ struct Counters {
     requests: AtomicU64,
     bytes: AtomicU64,
     faults: AtomicU64,
+    not_modified: AtomicU64,
 }
 
 impl Counters {
@@ -177,6 +183,7 @@ impl Counters {
             requests: self.requests.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
             faults: self.faults.load(Relaxed),
+            not_modified: self.not_modified.load(Relaxed),
         }
     }
 }
@@ -276,6 +283,13 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyB
         return plain(StatusCode::SERVICE_UNAVAILABLE, "injected error\n");
     }
     let mut b = object_headers(&path, size, o.max_age);
+    if none_match(req.headers().get(header::IF_NONE_MATCH), &etag(&path, size)) {
+        shared.counters.not_modified.fetch_add(1, Relaxed);
+        return b
+            .status(StatusCode::NOT_MODIFIED)
+            .body(empty())
+            .unwrap_or_else(|_| Response::new(full("")));
+    }
     let (status, start, len) = match range_answer(req.headers().get(header::RANGE), size) {
         RangeAnswer::Full => (StatusCode::OK, 0, size),
         RangeAnswer::Partial {
@@ -322,12 +336,27 @@ fn requested_size(req: &Request<Incoming>, o: &OriginOptions) -> Result<u64, Str
     }
 }
 
+/// The strong ETag of the object at `path` of `size` bytes.
+fn etag(path: &str, size: u64) -> String {
+    format!("\"{:016x}-{size}\"", xxh3_64(path.as_bytes()))
+}
+
+/// Whether an `If-None-Match` field names `etag` (or is `*`): weak comparison, RFC 9110 §13.1.2.
+fn none_match(field: Option<&HeaderValue>, etag: &str) -> bool {
+    let Some(value) = field.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    value
+        .split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag)
+}
+
 /// The headers of the object at `path` of `size` bytes, whole or in part.
 fn object_headers(path: &str, size: u64, max_age: u64) -> http::response::Builder {
-    let seed = xxh3_64(path.as_bytes());
     Response::builder()
         .header(header::CACHE_CONTROL, format!("public, max-age={max_age}"))
-        .header(header::ETAG, format!("\"{seed:016x}-{size}\""))
+        .header(header::ETAG, etag(path, size))
         .header(header::LAST_MODIFIED, "Wed, 01 Jan 2025 00:00:00 GMT")
         .header(header::ACCEPT_RANGES, "bytes")
         .header(header::CONTENT_TYPE, "application/octet-stream")

@@ -425,6 +425,7 @@ fn specs(
                     fraction,
                     disk: None,
                     object_cost: options.object_cost,
+                    stale_keep: options.stale_keep,
                 };
                 let Some(d) = disk else {
                     specs.push(spec);
@@ -752,6 +753,7 @@ mod tests {
         let at = |secs: u64, key: u64| {
             Ok(Request {
                 range: None,
+                recorded: None,
                 time: Duration::from_secs(secs),
                 key: KeyHash::of_u64(key),
                 size: 1,

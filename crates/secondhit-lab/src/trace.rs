@@ -15,6 +15,7 @@ pub mod convert;
 mod csv;
 pub mod distance;
 pub(crate) mod oracle;
+mod recording;
 pub mod slices;
 pub mod stats;
 pub mod synth;
@@ -50,7 +51,12 @@ pub struct Request {
     /// request was a `Range` request (the `csv` format's `range` column); `None`: the whole
     /// object. What `simulate --slice-size` turns into slices and `replay` sends as `Range`.
     pub range: Option<(u64, u64)>,
+    /// What the live cache knew of it, when the trace is a recording of one (`serve --record`):
+    /// the weight it charged, whether the response was storable, how long it stayed fresh.
+    pub recorded: Option<Recorded>,
 }
+
+pub use secondhit_store::Recorded;
 
 /// What went wrong reading a trace. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -86,13 +92,13 @@ pub enum TraceError {
         want: usize,
     },
     /// The format could not be told from the name.
-    #[error("{path}: cannot tell the trace format from the file name; pass --format with one of: oracle-general, webcachesim, cache2k, tencent-photo, csv")]
+    #[error("{path}: cannot tell the trace format from the file name; pass --format with one of: oracle-general, webcachesim, cache2k, tencent-photo, csv (a secondhit recording is recognised by its content)")]
     UnknownFormat {
         /// The trace file.
         path: PathBuf,
     },
     /// A format name that is not known.
-    #[error("unknown trace format {0:?}: expected oracle-general, webcachesim, cache2k, tencent-photo or csv")]
+    #[error("unknown trace format {0:?}: expected oracle-general, webcachesim, cache2k, tencent-photo, csv or secondhit-recording")]
     BadFormatName(String),
 }
 
@@ -128,6 +134,10 @@ pub enum Format {
     TencentPhoto,
     /// Delimited text with user-chosen columns.
     Csv(CsvSpec),
+    /// secondhit's own recording (`serve --record`): a header, then 40-byte records with the
+    /// weight charged, storability and freshness. Key: id. Recognised by its first bytes,
+    /// whatever the file's name.
+    Recording,
 }
 
 impl Format {
@@ -139,6 +149,7 @@ impl Format {
             Format::Cache2k => "cache2k",
             Format::TencentPhoto => "tencent-photo",
             Format::Csv(_) => "csv",
+            Format::Recording => "secondhit-recording",
         }
     }
 
@@ -190,6 +201,7 @@ impl FromStr for Format {
             "cache2k" => Ok(Format::Cache2k),
             "tencent-photo" => Ok(Format::TencentPhoto),
             "csv" => Ok(Format::Csv(CsvSpec::default())),
+            "secondhit-recording" => Ok(Format::Recording),
             other => Err(TraceError::BadFormatName(other.to_string())),
         }
     }
@@ -293,12 +305,18 @@ impl Source {
         }
     }
 
-    /// Its format's name: as given, or as guessed from the name (`?` when it cannot be).
+    /// Its format's name: as given, as its content says (a recording), or as guessed from the
+    /// name (`?` when it cannot be).
     pub fn format_name(&self) -> String {
         let name = self.path.as_deref().unwrap_or(Path::new(BUNDLED.0));
         match &self.format {
             Some(f) => f.to_string(),
-            None => Format::detect(name).map_or_else(|| "?".into(), |f| f.to_string()),
+            None => self
+                .path
+                .as_deref()
+                .and_then(|p| sniff_file(p).ok().flatten())
+                .or_else(|| Format::detect(name))
+                .map_or_else(|| "?".into(), |f| f.to_string()),
         }
     }
 
@@ -348,17 +366,22 @@ impl Iterator for Reader {
     }
 }
 
-/// Opens a trace. With `format: None` the format is guessed from the name
-/// ([`Format::detect`]), and an unclear name is an error asking for `--format`.
+/// Opens a trace. With `format: None` a secondhit recording is recognised by its first bytes;
+/// any other format is guessed from the name ([`Format::detect`]), and an unclear name is an
+/// error asking for `--format`.
 pub fn open(path: &Path, format: Option<&Format>) -> Result<Reader, TraceError> {
-    // Say which format is missing before complaining about the file.
-    let format = match format {
-        Some(f) => f.clone(),
-        None => Format::detect(path).ok_or_else(|| TraceError::UnknownFormat {
-            path: path.to_path_buf(),
-        })?,
-    };
-    reader(path, Some(&format), open_bytes(path)?)
+    reader(path, format, open_bytes(path)?)
+}
+
+/// The format a file's first bytes (decompressed) say, where they say one: a recording.
+fn sniff(bytes: &mut dyn BufRead, path: &Path) -> Result<Option<Format>, TraceError> {
+    let start = bytes.fill_buf().map_err(|e| TraceError::io(path, e))?;
+    Ok(secondhit_store::recording::is_recording(start).then_some(Format::Recording))
+}
+
+/// [`sniff`] of a file, opened for it.
+fn sniff_file(path: &Path) -> Result<Option<Format>, TraceError> {
+    sniff(&mut *open_bytes(path)?, path)
 }
 
 /// Opens a trace held in memory (such as the one compiled into the binary); `name` stands in for
@@ -377,13 +400,16 @@ pub fn open_static(
 pub fn reader(
     path: &Path,
     format: Option<&Format>,
-    bytes: Box<dyn BufRead + Send>,
+    mut bytes: Box<dyn BufRead + Send>,
 ) -> Result<Reader, TraceError> {
     let format = match format {
         Some(f) => f.clone(),
-        None => Format::detect(path).ok_or_else(|| TraceError::UnknownFormat {
-            path: path.to_path_buf(),
-        })?,
+        None => match sniff(&mut *bytes, path)? {
+            Some(f) => f,
+            None => Format::detect(path).ok_or_else(|| TraceError::UnknownFormat {
+                path: path.to_path_buf(),
+            })?,
+        },
     };
     let path = path.to_path_buf();
     let inner: Box<dyn Iterator<Item = Result<Request, TraceError>> + Send> = match format {
@@ -392,6 +418,7 @@ pub fn reader(
         Format::Cache2k => Box::new(cache2k::Reader::new(bytes, path)),
         Format::TencentPhoto => Box::new(tencent::Reader::new(bytes, path)),
         Format::Csv(spec) => Box::new(csv::Reader::new(bytes, path, spec)),
+        Format::Recording => Box::new(recording::Reader::new(bytes, path)),
     };
     Ok(Reader {
         inner,
@@ -549,11 +576,26 @@ mod tests {
 
     #[test]
     fn unknown_name_asks_for_format() {
-        let e = match open(Path::new("/nonexistent/x.bin"), None) {
+        // A file whose name and content say nothing: asks for --format.
+        let dir = std::env::temp_dir().join(format!("secondhit-unknown-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("x.bin");
+        std::fs::write(&file, b"not a recording").unwrap();
+        let e = match open(&file, None) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("opened"),
         };
         assert!(e.contains("--format"), "{e}");
+        // The same content named as a recording would be, recognised by its first bytes.
+        std::fs::write(&file, secondhit_store::recording::header()).unwrap();
+        assert_eq!(open(&file, None).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+        // A file that is not there says so, whatever its name.
+        let e = match open(Path::new("/nonexistent/x.bin"), None) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("opened"),
+        };
+        assert!(e.starts_with("/nonexistent/x.bin: "), "{e}");
         let e = match open(Path::new("/nonexistent/x.bin"), Some(&Format::Cache2k)) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("opened"),

@@ -24,7 +24,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use record::{RecordOptions, Recorder};
+pub use record::{RecordFormat, RecordOptions, Recorder};
 pub use shadow::{ShadowSpec, Shadows};
 
 /// One request that reached the cache logic.
@@ -39,10 +39,20 @@ pub struct Sighting {
     pub time: Duration,
     /// Whether the live cache could have stored the response (false: `no-store`, `private`,
     /// too large, an origin error, ...). The shadows look such a request up and ask their
-    /// policy, as the live cache did, but never write it; the recording cannot say it
-    /// (oracleGeneral has no such field), so a simulation of the recording treats every object
-    /// as storable.
+    /// policy, as the live cache did, but never write it; the recording keeps it (in the
+    /// `secondhit` format: oracleGeneral has no such field, and a simulation of such a recording
+    /// treats every object as storable).
     pub storable: bool,
+    /// The bytes the cache charges (or would charge) the object against its capacity: its
+    /// body, key, header fields and bookkeeping (its body only in lab mode); 0 when not known
+    /// (a body of unknown length, a failed fetch).
+    pub weight: u64,
+    /// How long the object stays fresh from `time` where it could be stored (a hit: what is
+    /// left of its freshness; a response: its lifetime less its age); `None` when it could not
+    /// be, or is not known.
+    pub fresh_for: Option<Duration>,
+    /// The cache served it (a fresh hit).
+    pub hit: bool,
 }
 
 /// A consumer of sightings, run on a lab thread.
@@ -262,6 +272,9 @@ mod tests {
             size: 1,
             time: Duration::ZERO,
             storable: true,
+            weight: 0,
+            fresh_for: None,
+            hit: false,
         }
     }
 

@@ -218,9 +218,11 @@ pub enum PurgeError {
 pub struct Proxy {
     live: ArcSwap<Live>,
     store: ArcSwap<Store>,
-    /// What the store was built with (capacity, eviction, lab mode): a reload that changes it
-    /// moves the contents into a new store.
-    store_shape: std::sync::Mutex<(u64, crate::store::Eviction, bool)>,
+    /// What the store was built with (capacity, eviction, lab mode, exact maintenance): a
+    /// reload that changes it moves the contents into a new store.
+    store_shape: std::sync::Mutex<(u64, crate::store::Eviction, bool, bool)>,
+    /// The store weighs bodies only (`cache.lab_mode`): what the recording says it charged.
+    lab_weights: std::sync::atomic::AtomicBool,
     admission: Box<dyn Admission>,
     clock: Arc<dyn Clock>,
     inflight: Arc<Inflight>,
@@ -437,12 +439,48 @@ enum Sight {
     /// Nothing is known of the object (the fetch failed, the request was refused): a sighting
     /// of size 0, not storable, when the policy was asked.
     Unknown,
-    /// An object of this size, storable by the live cache or not.
-    Now { size: u64, storable: bool },
+    /// An object of this size, storable by the live cache or not, and what the recording keeps
+    /// of it beside.
+    Now {
+        size: u64,
+        storable: bool,
+        kept: Kept,
+    },
     /// The pump tells it when the body of unknown length ends.
     Later,
     /// Not a sighting: a look-up-only miss (the policy was not asked), a background refresh.
     Skip,
+}
+
+/// What the lab's recording keeps of an object beside its size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Kept {
+    /// Bytes of its stored header fields ([`StoredHeaders::weight`](cached::StoredHeaders::weight)), for its weight.
+    head: usize,
+    /// How long it stays fresh from now, where it could be stored.
+    fresh_for: Option<Duration>,
+    /// The cache served it (a hit, fresh or collapsed).
+    hit: bool,
+}
+
+impl Kept {
+    /// A stored object served from the cache.
+    fn hit(obj: &CachedObject, now: Duration) -> Kept {
+        Kept {
+            head: obj.headers.weight(),
+            fresh_for: Some(obj.fresh_until.saturating_sub(now)),
+            hit: true,
+        }
+    }
+
+    /// A stored object refreshed or served stale: its header bytes and what is left of its
+    /// freshness.
+    fn stored(obj: &CachedObject, now: Duration) -> Kept {
+        Kept {
+            hit: false,
+            ..Kept::hit(obj, now)
+        }
+    }
 }
 
 /// Whether and when a response is one sighting for the lab, and its size: the size announced
@@ -455,6 +493,8 @@ fn sight_of(
     upstream_head: bool,
     expected: Option<u64>,
     storable: bool,
+    fresh: Option<&crate::http_cache::Freshness>,
+    lab_on: bool,
 ) -> Sight {
     let announced = if rparts.status == http::StatusCode::NOT_MODIFIED || upstream_head {
         Some(content_length(&rparts.headers).unwrap_or(0))
@@ -463,7 +503,26 @@ fn sight_of(
     };
     match (sighted, announced) {
         (false, _) => Sight::Skip,
-        (true, Some(size)) => Sight::Now { size, storable },
+        (true, Some(size)) => Sight::Now {
+            size,
+            storable,
+            kept: Kept {
+                // Only the recording reads it: no pass over the fields otherwise.
+                head: if lab_on {
+                    cached::StoredHeaders::weight_of(&rparts.headers)
+                } else {
+                    0
+                },
+                fresh_for: fresh.map(|f| {
+                    if f.no_cache {
+                        Duration::ZERO
+                    } else {
+                        f.lifetime.saturating_sub(f.initial_age)
+                    }
+                }),
+                hit: false,
+            },
+        },
         (true, None) => Sight::Later,
     }
 }
@@ -510,12 +569,32 @@ impl Proxy {
     /// Hands the lab one lookup of object `id`, `size` bytes (nothing when the lab is off).
     #[inline]
     fn sight(&self, id: u64, size: u64, storable: bool) {
+        self.sight_kept(id, size, storable, 0, Kept::default());
+    }
+
+    /// As [`sight`](Proxy::sight), with what the recording keeps: the object's weight under a
+    /// key of `key` bytes, its freshness, whether it was a hit.
+    #[inline]
+    fn sight_kept(&self, id: u64, size: u64, storable: bool, key: usize, kept: Kept) {
         if self.lab.is_on() {
+            let weight = if key == 0 {
+                0
+            } else {
+                cached::object_weight(
+                    key,
+                    kept.head,
+                    size,
+                    self.lab_weights.load(std::sync::atomic::Ordering::Relaxed),
+                )
+            };
             self.lab.sight(Sighting {
                 id,
                 size,
                 time: self.clock.now(),
                 storable,
+                weight,
+                fresh_for: kept.fresh_for,
+                hit: kept.hit,
             });
         }
     }
@@ -716,7 +795,7 @@ impl Proxy {
                 match lookup.found {
                     Found::Fresh(obj) if plan != RequestPlan::Refresh => {
                         let answer = self.hit(&obj, &parts, None);
-                        self.sighted(target.id, &answer);
+                        self.sighted(&target, &answer);
                         return Begun::Answered(answer);
                     }
                     // Stale, or asked for with `no-cache`: confirm it with the origin first
@@ -734,7 +813,7 @@ impl Proxy {
                                 live,
                             );
                             let answer = self.stale(&obj, &parts, false);
-                            self.sighted(target.id, &answer);
+                            self.sighted(&target, &answer);
                             return Begun::Answered(answer);
                         }
                         Next::Revalidate {
@@ -804,14 +883,19 @@ impl Proxy {
             }
             Next::Probe { start } => self.probe(parts, body, &target, client, start, live).await,
         };
-        self.sighted(target.id, &answer);
+        self.sighted(&target, &answer);
         answer
     }
 
     /// Tells the lab of an answer from phase 3 on.
-    fn sighted(&self, id: u64, answer: &Answer) {
+    fn sighted(&self, target: &Target, answer: &Answer) {
+        let id = target.id;
         match answer.sight {
-            Sight::Now { size, storable } => self.sight(id, size, storable),
+            Sight::Now {
+                size,
+                storable,
+                kept,
+            } => self.sight_kept(id, size, storable, target.key.len(), kept),
             Sight::Unknown => self.sight(id, 0, false),
             Sight::Later | Sight::Skip => {}
         }
@@ -1019,6 +1103,11 @@ impl Proxy {
             sight: Sight::Now {
                 size: s.body.expected(),
                 storable: true,
+                kept: Kept {
+                    head: s.head.headers.weight(),
+                    fresh_for: Some(s.head.fresh_until.saturating_sub(now)),
+                    hit: true,
+                },
             },
         }
     }
@@ -1034,6 +1123,7 @@ impl Proxy {
             sight: Sight::Now {
                 size: obj.body.len() as u64,
                 storable: true,
+                kept: Kept::hit(obj, self.clock.now()),
             },
         }
     }
@@ -1307,7 +1397,15 @@ impl Proxy {
         // What the lab is told: the size announced (a 304 keeps the object's Content-Length),
         // or counted by the pump at the end of a body of unknown length.
         let storable = matches!(c.outcome, Outcome::Miss | Outcome::Deferred);
-        let sight = sight_of(x.sight, &rparts, x.upstream_head, expected, storable);
+        let sight = sight_of(
+            x.sight,
+            &rparts,
+            x.upstream_head,
+            expected,
+            storable,
+            c.fresh.as_ref(),
+            self.lab.is_on(),
+        );
         let sight_later = (sight == Sight::Later).then_some((target.id, storable));
 
         // 7. pump (or, for a small body, read it whole here)
@@ -1349,6 +1447,7 @@ impl Proxy {
                 outcome: Outcome::Deferred,
                 status: CacheStatus::forwarded(Fwd::UriMiss, Some("deferred")),
                 store: None,
+                fresh: c.fresh,
             };
         }
     }

@@ -70,6 +70,20 @@ pub enum Step {
     Deferred,
 }
 
+/// What a live cache's recording says of one request beyond the object and its size
+/// ([`recording`](crate::recording)): what [`Lane::step_recorded`] needs to do what that cache
+/// did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    /// Bytes the live cache charged the object (0: not known, the lane's object cost is added
+    /// to its size instead).
+    pub weight: u64,
+    /// The response could be stored (not `no-store`, an error, too large, ...).
+    pub storable: bool,
+    /// How long the object stays fresh from this request, where it could be stored.
+    pub fresh_for: Option<Duration>,
+}
+
 /// An admission policy in front of a store, with its counts.
 ///
 /// # Example
@@ -94,6 +108,11 @@ pub struct Lane {
     capacity: u64,
     /// Bytes the store charges each object beside its body ([`Lane::with_object_cost`]).
     object_cost: u64,
+    /// When each stored object stops being fresh, for recorded requests that say
+    /// ([`Lane::step_recorded`]); empty otherwise.
+    fresh_until: std::collections::HashMap<u128, Duration>,
+    /// How long a stale object is kept for revalidation before it is dropped.
+    stale_keep: Duration,
     counts: Counts,
 }
 
@@ -125,8 +144,73 @@ impl Lane {
             counterpart,
             capacity,
             object_cost: 0,
+            fresh_until: std::collections::HashMap::new(),
+            stale_keep: Duration::MAX,
             counts: Counts::default(),
         })
+    }
+
+    /// A stale object is dropped this long after it stopped being fresh (`serve`'s
+    /// `cache.stale_keep`), for recorded requests. Default: kept until evicted.
+    pub fn with_stale_keep(mut self, keep: Duration) -> Lane {
+        self.stale_keep = keep;
+        self
+    }
+
+    /// One request at `time` as a live cache recorded it: weighed as that cache weighed it,
+    /// written only if its response was storable, and, where it said how long the object stays
+    /// fresh, a hit only while the stored copy is fresh. A stale copy is what the live cache
+    /// revalidated (not a hit, not a write, not asked of the policy): it is fresh again for as
+    /// long as this request says; one past `stale_keep` is dropped, and the request is a miss
+    /// (if the store can drop it). Without `rec`, [`Lane::step`].
+    pub fn step_recorded(
+        &mut self,
+        access: &Access,
+        time: Duration,
+        rec: Option<&Recorded>,
+    ) -> Step {
+        let Some(rec) = rec else {
+            return self.see(access, time, true);
+        };
+        let body = access.size;
+        let weighed = Access {
+            size: if rec.weight > 0 {
+                rec.weight
+            } else {
+                body.saturating_add(self.object_cost)
+            },
+            ..*access
+        };
+        let key = access.key.raw();
+        let stale = self
+            .fresh_until
+            .get(&key)
+            .copied()
+            .filter(|&until| time >= until);
+        if let Some(until) = stale {
+            if self.store.get(&weighed) {
+                let expired = time.saturating_sub(until) >= self.stale_keep;
+                if !expired || !self.store.remove(key) {
+                    let c = &mut self.counts;
+                    c.requests += 1;
+                    c.requested_bytes += body;
+                    if let (true, Some(f)) = (rec.storable, rec.fresh_for) {
+                        self.fresh_until.insert(key, time.saturating_add(f));
+                    }
+                    return Step::Refused;
+                }
+            }
+            self.fresh_until.remove(&key);
+        }
+        // Fresh, or not stored: as any request, with its own weight.
+        let step = self.see_weighed(access, weighed.size, time, rec.storable);
+        if step == Step::Written {
+            let until = rec
+                .fresh_for
+                .map_or(Duration::MAX, |f| time.saturating_add(f));
+            self.fresh_until.insert(key, until);
+        }
+        step
     }
 
     /// The store charges every object `cost` bytes beside its body, as a live cache's weigher
@@ -148,13 +232,26 @@ impl Lane {
     /// and, on a miss, put to the policy as any other, never written.
     #[inline]
     pub fn see(&mut self, access: &Access, time: Duration, storable: bool) -> Step {
+        let weight = access.size.saturating_add(self.object_cost);
+        self.see_weighed(access, weight, time, storable)
+    }
+
+    /// [`Lane::see`] of an object of `access.size` bytes that weighs `weight` in the store.
+    #[inline]
+    fn see_weighed(
+        &mut self,
+        access: &Access,
+        weight: u64,
+        time: Duration,
+        storable: bool,
+    ) -> Step {
         let c = &mut self.counts;
         c.requests += 1;
         c.requested_bytes += access.size;
         // The store sees the object's weight; the counts, and the policy, its body.
         let body = access.size;
         let weighed = Access {
-            size: body.saturating_add(self.object_cost),
+            size: weight,
             ..*access
         };
         let access = &weighed;
@@ -263,5 +360,60 @@ mod tests {
         assert_eq!(l.step(&Access::new(1, 5, 0), Duration::ZERO), Step::Written);
         assert_eq!(l.step(&Access::new(2, 6, 1), Duration::ZERO), Step::Refused);
         assert_eq!(l.step(&Access::new(1, 5, 2), Duration::ZERO), Step::Hit);
+    }
+
+    #[test]
+    fn recorded_requests_are_fresh_stale_or_unstorable_as_the_live_cache_said() {
+        let s = Duration::from_secs;
+        let rec = |weight, storable, fresh: Option<u64>| Recorded {
+            weight,
+            storable,
+            fresh_for: fresh.map(s),
+        };
+        let mut l = lane(0).with_stale_keep(s(100));
+        let a = Access::new(1, 10, 0);
+        let fresh10 = rec(30, true, Some(10));
+        // Written at 0, fresh until 10, weighing what the live cache charged.
+        assert_eq!(l.step_recorded(&a, s(0), Some(&fresh10)), Step::Written);
+        assert_eq!(l.used_bytes(), 30);
+        assert_eq!(l.step_recorded(&a, s(5), Some(&fresh10)), Step::Hit);
+        // Stale at 12: revalidated (no hit, no write), fresh again until 22.
+        assert_eq!(l.step_recorded(&a, s(12), Some(&fresh10)), Step::Refused);
+        assert_eq!(l.step_recorded(&a, s(21), Some(&fresh10)), Step::Hit);
+        // Stale at 30, and the revalidation failed (an error: not storable): still stale.
+        assert_eq!(
+            l.step_recorded(&a, s(30), Some(&rec(0, false, None))),
+            Step::Refused
+        );
+        assert_eq!(l.step_recorded(&a, s(31), Some(&fresh10)), Step::Refused);
+        assert_eq!(l.step_recorded(&a, s(32), Some(&fresh10)), Step::Hit);
+        // Past stale_keep (100 s after it went stale at 41): dropped, a miss written again.
+        assert_eq!(l.step_recorded(&a, s(141), Some(&fresh10)), Step::Written);
+        let c = l.counts();
+        assert_eq!((c.requests, c.hits, c.admissions), (8, 3, 2));
+        assert_eq!(c.hit_bytes, 30, "bodies, not weights");
+        // A response that could not be stored is asked of the policy and never written.
+        let b = Access::new(2, 10, 9);
+        assert_eq!(
+            l.step_recorded(&b, s(150), Some(&rec(30, false, None))),
+            Step::Refused
+        );
+        assert_eq!(
+            l.step_recorded(&b, s(151), Some(&rec(30, false, None))),
+            Step::Refused
+        );
+        assert_eq!(l.counts().admissions, 2);
+        // Without a lifetime an object stays fresh; without a weight it weighs size + cost.
+        let mut l = lane(5);
+        let c = Access::new(3, 10, 0);
+        assert_eq!(
+            l.step_recorded(&c, s(0), Some(&rec(0, true, None))),
+            Step::Written
+        );
+        assert_eq!(
+            l.step_recorded(&c, s(1_000_000), Some(&rec(0, true, None))),
+            Step::Hit
+        );
+        assert_eq!(l.used_bytes(), 15);
     }
 }

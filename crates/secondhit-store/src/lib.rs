@@ -13,8 +13,10 @@
 //!   `arc.rs`, `wtinylfu.rs`, `lfu.rs`, `belady.rs`), all on the slots of `arena.rs`;
 //! - `lane.rs`: [`Lane`], an admission policy in front of a store, and its [`Counts`];
 //! - `budget.rs`: [`WriteBudget`], a flash tier's token bucket of bytes;
-//! - [`oracle`]: libCacheSim's oracleGeneral record, which `serve --record` writes and
-//!   `simulate` reads.
+//! - [`oracle`]: libCacheSim's oracleGeneral record, which `serve --record` can write and
+//!   `simulate` reads;
+//! - [`recording`]: secondhit's own recording, which `serve --record` writes by default: the
+//!   weight charged, whether storable, how long fresh.
 //!
 //! [`moka_builder`] configures moka the same way for `serve` and `simulate`: byte capacity and
 //! eviction policy. [`SimStore`] is what the simulator drives, one [`Access`] per request:
@@ -48,6 +50,7 @@ mod lane;
 mod lfu;
 mod lru;
 pub mod oracle;
+pub mod recording;
 mod s3fifo;
 mod sieve;
 mod wtinylfu;
@@ -63,7 +66,7 @@ pub use sieve::Sieve;
 pub use wtinylfu::WTinyLfu;
 
 pub use budget::WriteBudget;
-pub use lane::{Counts, Lane, LaneError, Step};
+pub use lane::{Counts, Lane, LaneError, Recorded, Step};
 
 /// "Not requested again": an [`Access::next`] that never comes (a trace's next-access time
 /// when the object is not requested again).
@@ -315,6 +318,11 @@ pub trait SimStore: Send {
     /// Moves the objects evicted since the last call into `out`, as (key, size), in the order
     /// they left.
     fn take_evicted(&mut self, _out: &mut Vec<(u128, u64)>) {}
+    /// Drops `key` (an object that expired in the live cache being modelled): whether this
+    /// store can (default: it cannot, and the object stays until evicted).
+    fn remove(&mut self, _key: u128) -> bool {
+        false
+    }
 }
 
 /// libCacheSim's insertion rule, shared by the single-queue policies: an object larger than the
@@ -484,6 +492,12 @@ impl SimStore for MokaStore {
 
     fn take_evicted(&mut self, out: &mut Vec<(u128, u64)>) {
         out.append(&mut self.evicted.items.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    fn remove(&mut self, key: u128) -> bool {
+        self.store.cache().invalidate(&key);
+        self.store.cache().run_pending_tasks();
+        true
     }
 }
 

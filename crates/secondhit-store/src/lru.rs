@@ -77,6 +77,14 @@ impl SimStore for ExactLru {
         true
     }
 
+    fn remove(&mut self, key: u128) -> bool {
+        if let Some(i) = self.index.remove(&key) {
+            self.arena.unlink(&mut self.queue, i);
+            self.arena.release(i);
+        }
+        true
+    }
+
     fn used_bytes(&self) -> u64 {
         self.queue.bytes
     }

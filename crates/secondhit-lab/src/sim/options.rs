@@ -64,6 +64,10 @@ pub struct Options {
     /// `serve` charges a typical object; `simulate --object-cost`). Hits and byte counts stay
     /// body bytes. Default 0: libCacheSim's model, where an object weighs its size.
     pub object_cost: u64,
+    /// On a recording that says how long objects stay fresh (`serve --record`): how long a
+    /// stale object is kept for revalidation before it is dropped, as `serve`'s
+    /// `cache.stale_keep` (default 4 hours, its default).
+    pub stale_keep: std::time::Duration,
 }
 
 impl Default for Options {
@@ -87,6 +91,7 @@ impl Default for Options {
             shield: None,
             slice_size: None,
             object_cost: 0,
+            stale_keep: std::time::Duration::from_secs(4 * 3600),
         }
     }
 }

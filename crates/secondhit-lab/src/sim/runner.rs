@@ -32,6 +32,8 @@ pub struct RunSpec {
     pub disk: Option<DiskSpec>,
     /// Bytes each stored object costs beside its body ([`Options::object_cost`](super::Options::object_cost)).
     pub object_cost: u64,
+    /// How long a stale object is kept ([`Options::stale_keep`](super::Options::stale_keep)).
+    pub stale_keep: Duration,
 }
 
 /// One run's figures. Ratios are fractions in [0, 1]; sizes are bytes.
@@ -179,7 +181,10 @@ impl Runner {
                     settings,
                     true,
                 )
-                .map(|l| l.with_object_cost(spec.object_cost))
+                .map(|l| {
+                    l.with_object_cost(spec.object_cost)
+                        .with_stale_keep(spec.stale_keep)
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let baseline = if decompose && spec.policy != Policy::AdmitAll {
@@ -226,9 +231,10 @@ impl Runner {
             return;
         }
         let node = self.ring.as_ref().map_or(0, |ring| ring.node_of(r.key));
-        let step = self.lanes[node].step(&access, r.time);
+        let recorded = r.recorded.as_ref();
+        let step = self.lanes[node].step_recorded(&access, r.time, recorded);
         if let Some(b) = self.baseline.as_mut() {
-            b.step(node, &access, r.time, step);
+            b.step(node, &access, r.time, recorded, step);
         }
         if step != Step::Hit {
             if let Some(s) = self.shield.as_mut() {
@@ -336,7 +342,10 @@ impl Baseline {
                     settings,
                     false,
                 )
-                .map(|l| l.with_object_cost(spec.object_cost))
+                .map(|l| {
+                    l.with_object_cost(spec.object_cost)
+                        .with_stale_keep(spec.stale_keep)
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Every lane is the same kind of store: all report evictions, or none.
@@ -354,8 +363,15 @@ impl Baseline {
 
     /// The request the run just took on `node`, with what the run did (`step`).
     #[inline]
-    fn step(&mut self, node: usize, access: &Access, time: Duration, step: Step) {
-        let base = self.lanes[node].step(access, time) == Step::Hit;
+    fn step(
+        &mut self,
+        node: usize,
+        access: &Access,
+        time: Duration,
+        recorded: Option<&crate::trace::Recorded>,
+        step: Step,
+    ) {
+        let base = self.lanes[node].step_recorded(access, time, recorded) == Step::Hit;
         let key = access.key.raw();
         match (step == Step::Hit, base) {
             (true, false) => self.gained += 1,
@@ -458,6 +474,7 @@ mod tests {
             fraction: None,
             disk: None,
             object_cost: 0,
+            stale_keep: Duration::MAX,
         };
         let settings = Settings {
             window: None,
@@ -469,6 +486,7 @@ mod tests {
             .enumerate()
             .map(|(i, &k)| Request {
                 range: None,
+                recorded: None,
                 time: Duration::from_secs(i as u64),
                 key: KeyHash::of_u64(k),
                 size: 1,

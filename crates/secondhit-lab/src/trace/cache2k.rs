@@ -38,6 +38,7 @@ impl Iterator for Reader {
         self.index += 1;
         Some(Ok(Request {
             range: None,
+            recorded: None,
             time,
             // The key's bits as an unsigned value: negative keys stay distinct.
             key: KeyHash::of_u64(u64::from(key as u32)),

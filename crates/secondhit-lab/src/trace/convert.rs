@@ -152,6 +152,7 @@ mod tests {
     fn req(time: u64, key: u64, size: u64) -> Result<Request, TraceError> {
         Ok(Request {
             range: None,
+            recorded: None,
             time: Duration::from_secs(time),
             key: KeyHash::of_u64(key),
             size,

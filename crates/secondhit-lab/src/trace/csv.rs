@@ -178,6 +178,7 @@ fn parse(
     };
     Ok(Request {
         range,
+        recorded: None,
         time,
         key,
         size,

@@ -409,6 +409,7 @@ mod tests {
     fn req(t: u64, k: u64, size: u64) -> Request {
         Request {
             range: None,
+            recorded: None,
             time: Duration::from_secs(t),
             key: KeyHash::of_u64(k),
             size,

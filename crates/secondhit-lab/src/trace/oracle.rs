@@ -39,6 +39,7 @@ impl Iterator for Reader {
         let r = secondhit_store::oracle::decode(&rec);
         Some(Ok(Request {
             range: None,
+            recorded: None,
             time: Duration::from_secs(u64::from(r.time)),
             key: KeyHash::of_u64(r.id),
             size: u64::from(r.size),
@@ -69,6 +70,7 @@ mod tests {
             vec![
                 Request {
                     range: None,
+                    recorded: None,
                     time: Duration::from_secs(5),
                     key: KeyHash::of_u64(42),
                     size: 4096,
@@ -76,6 +78,7 @@ mod tests {
                 },
                 Request {
                     range: None,
+                    recorded: None,
                     time: Duration::from_secs(6),
                     key: KeyHash::of_u64(7),
                     size: 512,

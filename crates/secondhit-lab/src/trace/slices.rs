@@ -47,6 +47,7 @@ pub fn slice_of(r: &Request, index: u64, slice_size: u64) -> Request {
         size: r.size.saturating_sub(start).min(slice_size),
         id: slice_id(r.id, index),
         range: None,
+        recorded: None,
     }
 }
 
@@ -92,6 +93,7 @@ mod tests {
             size,
             id: key,
             range,
+            recorded: None,
         })
     }
 

@@ -273,6 +273,7 @@ mod tests {
         };
         let at = |r: u128, size: u64| Request {
             range: None,
+            recorded: None,
             time: Duration::ZERO,
             key: KeyHash::from_raw(r),
             size,
@@ -305,6 +306,7 @@ mod tests {
     fn req(t: u64, k: u64, size: u64) -> Request {
         Request {
             range: None,
+            recorded: None,
             time: Duration::from_secs(t),
             key: KeyHash::of_u64(k),
             size,
@@ -335,6 +337,7 @@ mod tests {
     fn a_range_counts_its_own_bytes() {
         let ranged = |range| Request {
             range: Some(range),
+            recorded: None,
             ..req(1, 1, 100)
         };
         let trace = [ranged((10, 19)), ranged((90, u64::MAX)), ranged((100, 120))];

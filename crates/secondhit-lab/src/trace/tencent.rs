@@ -99,6 +99,7 @@ impl Iterator for Reader {
             let key = KeyHash::of(&self.key);
             return Some(Ok(Request {
                 range: None,
+                recorded: None,
                 time: Duration::from_secs(time),
                 key,
                 size,

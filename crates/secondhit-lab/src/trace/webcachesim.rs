@@ -54,6 +54,7 @@ impl Iterator for Reader {
                 let key = key(id, size);
                 Ok(Request {
                     range: None,
+                    recorded: None,
                     time: Duration::from_secs(time),
                     key,
                     size,

@@ -29,8 +29,11 @@ pub struct LabConfig {
     /// Sightings the shadows' queue holds.
     #[serde(deserialize_with = "de_at_least_one")]
     pub shadow_queue: usize,
-    /// Record every lookup as an oracleGeneral trace into this file (appended to).
+    /// Record every lookup into this file (appended to), in `record_format`.
     pub record: Option<PathBuf>,
+    /// The recording's format: `secondhit` (weights, storability and freshness, for
+    /// `simulate` to predict this edge) or `oracle-general` (libCacheSim's, for other tools).
+    pub record_format: crate::lab::RecordFormat,
     /// Rotate the recording at this size (`FILE.1`, `FILE.2`, ...).
     #[serde(deserialize_with = "de_nonzero_bytes")]
     pub record_max_bytes: u64,
@@ -54,6 +57,7 @@ impl Default for LabConfig {
             shadow: Vec::new(),
             shadow_queue: 65_536,
             record: None,
+            record_format: crate::lab::RecordFormat::Secondhit,
             record_max_bytes: 1 << 30,
             record_keep: 5,
             record_queue: 65_536,
@@ -147,9 +151,9 @@ pub struct CacheConfig {
     pub slice_size: u64,
     /// Run moka's maintenance after every write and every 32 reads, as `simulate --store moka`
     /// does, instead of when moka's own buffers and timer say: evictions then follow the order
-    /// of requests, not of a 300 ms timer, and `simulate` predicts them (docs/lab.md). Measured
-    /// free on the hit and write paths (`scripts/bench-maintenance.sh`); off for a many-core
-    /// host whose workers would queue on moka's maintenance lock.
+    /// of requests, not of a 300 ms timer, and `simulate` predicts them (docs/lab.md). Its cost
+    /// is within this machine's noise (`scripts/bench-maintenance.sh`); off for a many-core host
+    /// whose workers would queue on moka's maintenance lock.
     pub exact_maintenance: bool,
     /// Weigh entries by body only (and maintain them exactly), as `simulate --store moka`
     /// without `--object-cost`: the store then keeps exactly the simulator's LRU. For

@@ -1,5 +1,11 @@
-//! Recording the edge's own traffic as an oracleGeneral trace (`--record FILE`): one 24-byte
-//! record per [`Sighting`], little-endian, as libCacheSim reads it:
+//! Recording the edge's own traffic (`--record FILE`), one record per [`Sighting`], in one of two
+//! formats (`lab.record_format`):
+//!
+//! - `secondhit` (the default): a 16-byte header, then 40-byte records of time (microseconds),
+//!   object id, size, the weight the cache charged, how long the object stays fresh, and whether
+//!   it was storable and a hit ([`secondhit_store::recording`]): what `simulate` needs to
+//!   predict this edge, not only its lab mode;
+//! - `oracle-general`: libCacheSim's 24-byte records, little-endian, no header, for other tools:
 //!
 //! ```text
 //! 0   time            u32  seconds on the proxy's clock (Unix time)
@@ -11,8 +17,10 @@
 //! Written by one thread through a bounded queue (full: dropped and counted, never blocking a
 //! request), buffered and flushed whenever the queue runs empty. At `record_max_bytes` the file
 //! is rotated as logrotate does: `FILE` becomes `FILE.1`, `FILE.1` becomes `FILE.2`, ... up to
-//! `record_keep` files, the oldest removed. A file left with a torn last record (a crash mid
-//! write) is cut back to whole records when it is opened again, so every file stays readable.
+//! `record_keep` files, the oldest removed; each file of the `secondhit` format starts with its
+//! header. A file left with a torn last record (a crash mid write) is cut back to whole records
+//! when it is opened again, so every file stays readable; a file of the other format (or none)
+//! is refused by name rather than appended to.
 //!
 //! `simulate` on the recording gives the live run's figures: the admission policy is keyed on
 //! the same object id (`KeyHash::of_u64(id)`), so it sees the same hashes.
@@ -28,6 +36,35 @@ use std::time::Duration;
 /// Bytes of one oracleGeneral record.
 pub const RECORD_BYTES: u64 = crate::store::oracle::RECORD as u64;
 
+/// What a recording is written as (`lab.record_format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordFormat {
+    /// secondhit's own ([`secondhit_store::recording`]): weight, storability, freshness.
+    #[default]
+    Secondhit,
+    /// libCacheSim's oracleGeneral: time (s), id, size.
+    OracleGeneral,
+}
+
+impl RecordFormat {
+    /// Bytes of one record.
+    pub fn record_bytes(self) -> u64 {
+        match self {
+            RecordFormat::Secondhit => crate::store::recording::RECORD as u64,
+            RecordFormat::OracleGeneral => RECORD_BYTES,
+        }
+    }
+
+    /// Bytes before the first record.
+    pub fn header_bytes(self) -> u64 {
+        match self {
+            RecordFormat::Secondhit => crate::store::recording::HEADER as u64,
+            RecordFormat::OracleGeneral => 0,
+        }
+    }
+}
+
 /// Where and how to record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordOptions {
@@ -39,9 +76,11 @@ pub struct RecordOptions {
     pub keep: u32,
     /// Sightings the queue holds.
     pub queue: usize,
+    /// The format.
+    pub format: RecordFormat,
 }
 
-/// One record's bytes.
+/// One oracleGeneral record's bytes.
 pub fn encode(s: &Sighting) -> [u8; crate::store::oracle::RECORD] {
     crate::store::oracle::encode(
         u32::try_from(s.time.as_secs()).unwrap_or(u32::MAX),
@@ -49,6 +88,19 @@ pub fn encode(s: &Sighting) -> [u8; crate::store::oracle::RECORD] {
         u32::try_from(s.size).unwrap_or(u32::MAX),
         -1,
     )
+}
+
+/// One secondhit record's bytes.
+pub fn encode_secondhit(s: &Sighting) -> [u8; crate::store::recording::RECORD] {
+    crate::store::recording::encode(&crate::store::recording::Record {
+        time: s.time,
+        id: s.id,
+        size: s.size,
+        weight: s.weight,
+        fresh_for: s.fresh_for,
+        storable: s.storable,
+        hit: s.hit,
+    })
 }
 
 /// The `n`th rotated file of `path` (`FILE.n`).
@@ -80,11 +132,49 @@ struct RecordSink {
 /// Records written between attempts after a failed rotation.
 const ROTATION_RETRY: u64 = 10_000;
 
-/// Opens `path` for appending, cut back to whole records. Returns the file and its length.
-fn open(path: &Path) -> io::Result<(File, u64)> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
+/// Opens `path` for appending in `format`, cut back to whole records (a new or empty file gets
+/// the header). Returns the file and its length. A file that is not of `format` is refused.
+fn open(path: &Path, format: RecordFormat) -> io::Result<(File, u64)> {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
     let len = file.metadata()?.len();
-    let whole = len - len % RECORD_BYTES;
+    let header = format.header_bytes();
+    let mut start = [0u8; crate::store::recording::HEADER];
+    let head_len = usize::try_from(len).unwrap_or(usize::MAX).min(start.len());
+    io::Read::read_exact(&mut file, &mut start[..head_len])?;
+    let refuse = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: {what}; move it away, or set lab.record_format to its format",
+                path.display()
+            ),
+        )
+    };
+    let start = &start[..head_len];
+    match format {
+        RecordFormat::Secondhit if head_len == crate::store::recording::HEADER => {
+            let mut h = [0u8; crate::store::recording::HEADER];
+            h.copy_from_slice(start);
+            crate::store::recording::check_header(&h).map_err(|e| refuse(&e))?;
+        }
+        // Shorter than a header: a torn one (cut back below), or something else.
+        RecordFormat::Secondhit if crate::store::recording::header()[..head_len] != *start => {
+            return Err(refuse("not a secondhit recording"));
+        }
+        RecordFormat::OracleGeneral if crate::store::recording::is_recording(start) => {
+            return Err(refuse("a secondhit recording, not oracleGeneral"));
+        }
+        _ => {}
+    }
+    let whole = if len < header {
+        0
+    } else {
+        len - (len - header) % format.record_bytes()
+    };
     if whole != len {
         tracing::warn!(
             file = %path.display(),
@@ -92,6 +182,10 @@ fn open(path: &Path) -> io::Result<(File, u64)> {
             "recording: a torn last record (an earlier crash?) was cut off"
         );
         file.set_len(whole)?;
+    }
+    if whole == 0 && header > 0 {
+        file.write_all(&crate::store::recording::header())?;
+        return Ok((file, header));
     }
     Ok((file, whole))
 }
@@ -110,7 +204,7 @@ impl RecordSink {
         if self.file.is_some() {
             return true;
         }
-        match open(&self.options.path) {
+        match open(&self.options.path, self.options.format) {
             Ok((f, len)) => {
                 self.file = Some(BufWriter::with_capacity(64 * 1024, f));
                 self.len = len;
@@ -154,9 +248,11 @@ impl Sink for RecordSink {
         if !self.ensure_open() {
             return;
         }
+        let format = self.options.format;
+        let record = format.record_bytes();
         if self.rotation_pause > 0 {
             self.rotation_pause -= 1;
-        } else if self.len > 0 && self.len + RECORD_BYTES > self.options.max_bytes {
+        } else if self.len > format.header_bytes() && self.len + record > self.options.max_bytes {
             if let Err(e) = self.rotate() {
                 self.failed("rotating", &e);
                 self.rotation_pause = ROTATION_RETRY;
@@ -166,9 +262,13 @@ impl Sink for RecordSink {
             }
         }
         let Some(f) = self.file.as_mut() else { return };
-        match f.write_all(&encode(s)) {
+        let written = match format {
+            RecordFormat::Secondhit => f.write_all(&encode_secondhit(s)),
+            RecordFormat::OracleGeneral => f.write_all(&encode(s)),
+        };
+        match written {
             Ok(()) => {
-                self.len += RECORD_BYTES;
+                self.len += record;
                 self.stats.records.add(1);
             }
             Err(e) => self.failed("writing", &e),
@@ -195,7 +295,7 @@ impl Recorder {
     /// Opens (or creates) the file and starts the writer. Fails, naming the file, when it
     /// cannot be opened: a recording asked for and impossible stops the start.
     pub fn start(options: RecordOptions) -> io::Result<Recorder> {
-        let (file, len) = open(&options.path).map_err(|e| {
+        let (file, len) = open(&options.path, options.format).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!("lab.record {}: {e}", options.path.display()),
@@ -281,6 +381,9 @@ mod tests {
             size,
             time: Duration::from_secs(secs),
             storable: true,
+            weight: 0,
+            fresh_for: None,
+            hit: false,
         }
     }
 
@@ -319,6 +422,7 @@ mod tests {
             max_bytes: 10 * RECORD_BYTES,
             keep: 2,
             queue: 1024,
+            format: RecordFormat::OracleGeneral,
         })
         .unwrap();
         for i in 0..35u64 {
@@ -355,6 +459,7 @@ mod tests {
             max_bytes: 1 << 20,
             keep: 1,
             queue: 16,
+            format: RecordFormat::OracleGeneral,
         })
         .unwrap();
         r.offer(sight(9, 90, 3));
@@ -372,6 +477,7 @@ mod tests {
             max_bytes: 2 * RECORD_BYTES,
             keep: 1,
             queue: 64,
+            format: RecordFormat::OracleGeneral,
         })
         .unwrap();
         for i in 0..10 {
@@ -392,9 +498,118 @@ mod tests {
             max_bytes: 1 << 20,
             keep: 1,
             queue: 16,
+            format: RecordFormat::OracleGeneral,
         })
         .err()
         .unwrap();
         assert!(e.to_string().contains("no/such/dir/t.bin"), "{e}");
+    }
+
+    /// The records of a secondhit-format file, after checking its header.
+    fn read_secondhit(path: &Path) -> Vec<crate::store::recording::Record> {
+        use crate::store::recording as rec;
+        let bytes = fs::read(path).unwrap();
+        let (h, body) = bytes.split_at(rec::HEADER);
+        rec::check_header(h.try_into().unwrap()).unwrap();
+        assert_eq!(
+            body.len() % rec::RECORD,
+            0,
+            "{} ends in a partial record",
+            path.display()
+        );
+        body.chunks_exact(rec::RECORD)
+            .map(|c| rec::decode(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn the_secondhit_format_keeps_weight_storability_and_freshness_in_every_rotated_file() {
+        use crate::store::recording::{HEADER, RECORD};
+        let path = scratch("secondhit").join("edge.rec");
+        let r = Recorder::start(RecordOptions {
+            path: path.clone(),
+            max_bytes: (HEADER + 4 * RECORD) as u64,
+            keep: 3,
+            queue: 64,
+            format: RecordFormat::Secondhit,
+        })
+        .unwrap();
+        for i in 0..10u64 {
+            r.offer(Sighting {
+                id: i,
+                size: 100 + i,
+                time: Duration::from_micros(1_000_000 + i),
+                storable: i % 3 != 0,
+                weight: 1_000 + i,
+                fresh_for: (i % 2 == 0).then(|| Duration::from_millis(500 * i)),
+                hit: i == 5,
+            });
+        }
+        assert!(r.settle(Duration::from_secs(10)));
+        // Files of four records: FILE.2 holds 0..4, FILE.1 4..8, FILE 8..10; each its header.
+        let all: Vec<_> = [rotated(&path, 2), rotated(&path, 1), path.clone()]
+            .iter()
+            .flat_map(|p| read_secondhit(p))
+            .collect();
+        assert_eq!(all.len(), 10);
+        for (i, rec) in (0u64..).zip(&all) {
+            assert_eq!((rec.id, rec.size, rec.weight), (i, 100 + i, 1_000 + i));
+            assert_eq!(rec.time, Duration::from_micros(1_000_000 + i));
+            assert_eq!(rec.storable, i % 3 != 0);
+            assert_eq!(
+                rec.fresh_for,
+                (i % 2 == 0).then(|| Duration::from_millis(500 * i))
+            );
+            assert_eq!(rec.hit, i == 5);
+        }
+    }
+
+    #[test]
+    fn a_torn_secondhit_file_is_cut_back_and_a_file_of_the_other_format_refused() {
+        use crate::store::recording::{header, HEADER};
+        let dir = scratch("secondhit-torn");
+        let options = |path: &Path, format| RecordOptions {
+            path: path.to_path_buf(),
+            max_bytes: 1 << 20,
+            keep: 1,
+            queue: 16,
+            format,
+        };
+        // A header, one record and a torn one: cut back to the first, appended after it.
+        let path = dir.join("t.rec");
+        let mut bytes = header().to_vec();
+        bytes.extend_from_slice(&encode_secondhit(&sight(7, 70, 1)));
+        bytes.extend_from_slice(&encode_secondhit(&sight(8, 80, 2))[..13]);
+        fs::write(&path, bytes).unwrap();
+        let r = Recorder::start(options(&path, RecordFormat::Secondhit)).unwrap();
+        r.offer(sight(9, 90, 3));
+        assert!(r.settle(Duration::from_secs(10)));
+        let ids: Vec<_> = read_secondhit(&path).iter().map(|r| r.id).collect();
+        assert_eq!(ids, vec![7, 9]);
+        // A torn header alone: rewritten.
+        let torn = dir.join("torn-header.rec");
+        fs::write(&torn, &header()[..5]).unwrap();
+        drop(Recorder::start(options(&torn, RecordFormat::Secondhit)).unwrap());
+        assert_eq!(fs::read(&torn).unwrap().len(), HEADER);
+        // oracleGeneral records are not appended to as a recording, nor the reverse.
+        let oracle = dir.join("t.oracleGeneral");
+        fs::write(&oracle, encode(&sight(1, 1, 1))).unwrap();
+        let e = Recorder::start(options(&oracle, RecordFormat::Secondhit))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("t.oracleGeneral") && e.contains("not a secondhit recording"),
+            "{e}"
+        );
+        let e = Recorder::start(options(&path, RecordFormat::OracleGeneral))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("a secondhit recording, not oracleGeneral"),
+            "{e}"
+        );
+        assert_eq!(fs::read(&oracle).unwrap().len(), RECORD, "left as it was");
     }
 }

@@ -443,6 +443,9 @@ mod tests {
             size,
             time: Duration::ZERO,
             storable: true,
+            weight: 0,
+            fresh_for: None,
+            hit: false,
         }
     }
 

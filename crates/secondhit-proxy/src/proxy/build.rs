@@ -111,11 +111,12 @@ impl Live {
     }
 }
 
-fn store_shape(config: &ValidConfig) -> (u64, crate::store::Eviction, bool) {
+fn store_shape(config: &ValidConfig) -> (u64, crate::store::Eviction, bool, bool) {
     (
         config.cache.capacity,
         config.cache.eviction,
         config.cache.lab_mode,
+        config.cache.exact_maintenance,
     )
 }
 
@@ -170,6 +171,7 @@ fn build_lab(config: &ValidConfig) -> Result<Lab, BuildError> {
                 path: path.clone(),
                 max_bytes: l.record_max_bytes,
                 keep: l.record_keep,
+                format: l.record_format,
                 queue: l.record_queue,
             })
             .map_err(BuildError::Record)?,
@@ -214,6 +216,7 @@ impl Proxy {
             live: ArcSwap::from_pointee(Live::new(config, None)?),
             store: ArcSwap::from_pointee(build_store(config, listener)),
             store_shape: std::sync::Mutex::new(store_shape(config)),
+            lab_weights: config.cache.lab_mode.into(),
             admission,
             clock,
             inflight: Arc::default(),
@@ -279,6 +282,8 @@ impl Proxy {
             }
             fresh.cache().run_pending_tasks();
             self.store.store(Arc::new(fresh));
+            self.lab_weights
+                .store(config.cache.lab_mode, std::sync::atomic::Ordering::Relaxed);
             *current = shape;
         }
         self.live.store(Arc::new(live));

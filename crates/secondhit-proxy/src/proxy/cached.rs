@@ -90,6 +90,17 @@ impl StoredHeaders {
             + self.fields.len() * std::mem::size_of::<(HeaderName, u32, u32)>()
             + names
     }
+
+    /// What [`weight`](StoredHeaders::weight) would say of `headers` once stored, without
+    /// storing them.
+    pub fn weight_of(headers: &HeaderMap) -> usize {
+        headers
+            .iter()
+            .map(|(n, v)| {
+                v.len() + n.as_str().len() + std::mem::size_of::<(HeaderName, u32, u32)>()
+            })
+            .sum()
+    }
 }
 
 /// A stored response.
@@ -342,6 +353,17 @@ const ENTRY_OVERHEAD: usize = MOKA_ENTRY + std::mem::size_of::<CachedObject>() +
 
 /// The same for a Variants entry: moka's part, the `Arc`'d slice's counts, two allocations.
 const VARIANTS_OVERHEAD: usize = MOKA_ENTRY + 16 + 2 * 16;
+
+/// The bytes an object of `body` bytes stored under a key of `key` bytes with header fields of
+/// `head` bytes ([`StoredHeaders::weight`]) counts against the capacity: what
+/// [`Entry::weight`] charges it (`lab`: its body only).
+pub fn object_weight(key: usize, head: usize, body: u64, lab: bool) -> u64 {
+    if lab {
+        body
+    } else {
+        body.saturating_add((key + head + ENTRY_OVERHEAD) as u64)
+    }
+}
 
 impl Entry {
     /// The bytes the entry counts against the capacity: key, headers, body and overhead.

@@ -28,6 +28,9 @@ pub struct Classified {
     pub status: CacheStatus,
     /// Store it once its body is complete, fresh for this long.
     pub store: Option<Freshness>,
+    /// Its freshness wherever it could be stored, admitted or deferred (what the lab's
+    /// recording says of it).
+    pub fresh: Option<Freshness>,
 }
 
 /// The response facts `classify` needs.
@@ -68,14 +71,16 @@ pub fn classify(
         outcome: Outcome::Bypass,
         status: CacheStatus::forwarded(fwd, Some(reason.as_str())),
         store: None,
+        fresh: None,
     };
     match intent {
         Intent::Bypass(reason) => not_stored(Fwd::Bypass, reason),
         Intent::Deferred => match storable() {
-            Ok(_) => Classified {
+            Ok(freshness) => Classified {
                 outcome: Outcome::Deferred,
                 status: CacheStatus::forwarded(Fwd::UriMiss, Some("deferred")),
                 store: None,
+                fresh: Some(freshness),
             },
             Err(reason) => not_stored(Fwd::UriMiss, reason),
         },
@@ -87,6 +92,7 @@ pub fn classify(
                     ..CacheStatus::forwarded(Fwd::UriMiss, None)
                 },
                 store: Some(freshness),
+                fresh: Some(freshness),
             },
             Err(reason) => not_stored(Fwd::UriMiss, reason),
         },

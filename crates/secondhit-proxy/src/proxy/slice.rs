@@ -40,7 +40,7 @@ use super::coalesce::{Fetched, Leader, Role};
 use super::fetch::{response_head, upstream_request, FetchError, OriginHead};
 use super::outcome::{CacheStatus, Fwd, Outcome};
 use super::pump::{StoreJob, Tiers};
-use super::{hit, Answer, Exchange, Live, Proxy, Sight, Storing};
+use super::{hit, Answer, Exchange, Kept, Live, Proxy, Sight, Storing};
 use crate::admission::Decision;
 use crate::body::{
     channel, channel_within, empty, full, text, ConnectionBudget, ProxyBody, Sender,

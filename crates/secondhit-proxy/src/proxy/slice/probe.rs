@@ -224,6 +224,11 @@ impl Proxy {
             sight: Sight::Now {
                 size: part.total,
                 storable,
+                kept: Kept {
+                    head: served.headers.weight(),
+                    fresh_for: c.fresh.map(|f| f.lifetime.saturating_sub(f.initial_age)),
+                    hit: false,
+                },
             },
         }
     }
