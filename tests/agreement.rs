@@ -481,6 +481,7 @@ async fn two_tiers_live_equal_the_simulation() {
                     policies: vec![flash],
                     eviction: Eviction::Fifo,
                     write_rate: None,
+                    block_size: None,
                 }),
                 ..sim::Options::default()
             },
@@ -500,6 +501,108 @@ async fn two_tiers_live_equal_the_simulation() {
         assert_eq!(tier.hits, p.disk_hits, "{flash}: flash hits");
         assert_eq!(tier.writes, p.disk_writes, "{flash}: flash writes");
         assert!(p.disk_hits > 0, "{flash}: the flash tier served nothing");
+    }
+    origin.shutdown().await;
+}
+
+/// Two tiers with the flash tier full and evicting whole blocks (24 MiB in 1 MiB blocks under
+/// 84 MiB of objects for admit-all on flash, 6 MiB for second-hit): live within 0.5 points of `simulate --disk-block-size`, which lays
+/// objects out as the flash tier does (entries rounded up to 4 KiB pages, a clean block kept,
+/// the oldest block evicted whole). An object-by-object FIFO of the same bytes predicts about a
+/// point too many hits: it packs more objects and evicts them one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tiers_with_the_flash_tier_evicting_blocks_are_predicted() {
+    use secondhit::config::DiskConfig;
+    use secondhit::sim::DiskOptions;
+    use std::sync::Arc;
+    let source = trace::Source::file(bundled("request.trace.xz"), None);
+    let requests = 20_000;
+    let (memory, block) = (4_423_680, 1 << 20);
+    let origin = origin_server::start(OriginOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_age: 86_400,
+        ..OriginOptions::default()
+    })
+    .await
+    .unwrap();
+    // Flash second-hit writes a sixth of what admit-all writes: a smaller tier, to fill it.
+    for (flash, disk) in [(Policy::AdmitAll, 24 << 20), (Policy::SecondHit, 6 << 20)] {
+        let dir = std::env::temp_dir().join(format!(
+            "secondhit-agreement-blocks-{flash}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut config = support::lab_config(origin.addr, memory, Policy::AdmitAll);
+        config.cache.max_object_size = Some(4 << 20);
+        config.cache.disk = DiskConfig {
+            dir: Some(dir.clone()),
+            capacity: disk,
+            block_size: block,
+            ..DiskConfig::default()
+        };
+        config.admission.disk = flash;
+        let proxy = secondhit::server::start(
+            config.validate().unwrap(),
+            Arc::new(secondhit::clock::SystemClock::new()),
+        )
+        .await
+        .unwrap();
+        let mut ro = ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
+        ro.concurrency = 1;
+        ro.limit = Some(requests);
+        let live = replay::run(source.open().unwrap(), &ro, &Quiet)
+            .await
+            .unwrap();
+        let tier = proxy.proxy.disk().expect("a flash tier").tier.figures();
+        proxy.shutdown().await;
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!((live.errors, live.corrupted), (0, 0), "flash {flash}");
+        let predict = |block_size: Option<u64>| {
+            let r = sim::run(
+                &source,
+                &sim::Options {
+                    policies: vec![Policy::AdmitAll],
+                    evictions: vec![Eviction::Lru],
+                    store: StoreKind::Moka,
+                    capacities: Capacities::Bytes(vec![memory]),
+                    settings: Settings {
+                        window: None,
+                        ..Settings::default()
+                    },
+                    threads: 1,
+                    limit: Some(requests),
+                    disk: Some(DiskOptions {
+                        capacities: vec![disk],
+                        policies: vec![flash],
+                        eviction: Eviction::Fifo,
+                        write_rate: None,
+                        block_size,
+                    }),
+                    ..sim::Options::default()
+                },
+                &Quiet,
+            )
+            .unwrap();
+            r.results[0].clone()
+        };
+        let blocks = predict(Some(block));
+        let objects = predict(None);
+        assert!(
+            tier.evicted_blocks > 0,
+            "flash {flash}: the tier must evict"
+        );
+        let gap = |r: &sim::RunResult| (r.hit_ratio - live.hit_ratio) * 100.0;
+        assert!(
+            gap(&blocks).abs() <= 0.5,
+            "flash {flash}: live {:.3} %, blocks predicted {:.3} %, objects {:.3} %",
+            live.hit_ratio * 100.0,
+            blocks.hit_ratio * 100.0,
+            objects.hit_ratio * 100.0
+        );
+        assert!(
+            gap(&blocks).abs() < gap(&objects).abs(),
+            "flash {flash}: the block model must be the closer one"
+        );
     }
     origin.shutdown().await;
 }

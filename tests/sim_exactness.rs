@@ -571,6 +571,7 @@ fn two_tiers_equal_a_reference_memory_above_flash() {
                         policies: vec![Policy::SecondHitExact, Policy::AdmitAll],
                         eviction: Eviction::Fifo,
                         write_rate: None,
+                        block_size: None,
                     }),
                     ..Options::default()
                 },

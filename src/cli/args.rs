@@ -362,6 +362,12 @@ pub(crate) struct SimulateArgs {
     /// beyond are refused and counted (flash endurance as a setting).
     #[arg(long, value_parser = parse_bytes, value_name = "BYTES", requires = "disk_capacity")]
     pub(crate) disk_write_rate: Option<u64>,
+    /// Evict flash in whole blocks of SIZE, as serve's flash tier does (cache.disk.block_size,
+    /// 16MiB by default): each object takes its entry rounded up to 4 KiB, one block is kept
+    /// clean, and the oldest block leaves whole (with --disk-eviction fifo). Left out: object
+    /// by object.
+    #[arg(long, value_parser = parse_nonzero_bytes, value_name = "SIZE", requires = "disk_capacity")]
+    pub(crate) disk_block_size: Option<u64>,
     /// A shield tier of N caches below the edge (the run's cache, or --nodes of them): every
     /// edge miss goes to one of them by consistent hash of the key, and only their misses
     /// reach the origin; the report adds the shield's hit ratio and the origin's requests.

@@ -124,6 +124,9 @@ fn tier_and_cluster_options(args: &SimulateArgs) -> Vec<(&'static str, String)> 
         if let Some(r) = args.disk_write_rate {
             options.push(("disk-write-rate", r.to_string()));
         }
+        if let Some(b) = args.disk_block_size {
+            options.push(("disk-block-size", b.to_string()));
+        }
     }
     if args.nodes != 1 {
         options.push(("nodes", args.nodes.to_string()));
@@ -256,6 +259,7 @@ pub(crate) fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             policies: args.disk_policy.clone(),
             eviction: args.disk_eviction,
             write_rate: args.disk_write_rate,
+            block_size: args.disk_block_size,
         }),
         decompose: !args.no_decompose,
         shield: match (args.shield_nodes, args.shield_capacity) {

@@ -439,6 +439,7 @@ fn specs(
                                 policy: disk_policy,
                                 eviction: d.eviction,
                                 write_rate: d.write_rate,
+                                block_size: d.block_size,
                             }),
                             ..spec
                         });

@@ -13,6 +13,7 @@
 //!   `arc.rs`, `wtinylfu.rs`, `lfu.rs`, `belady.rs`), all on the slots of `arena.rs`;
 //! - `lane.rs`: [`Lane`], an admission policy in front of a store, and its [`Counts`];
 //! - `budget.rs`: [`WriteBudget`], a flash tier's token bucket of bytes;
+//! - `blocks.rs`: [`BlockFifo`], a flash tier evicting whole blocks, as `serve`'s does;
 //! - [`oracle`]: libCacheSim's oracleGeneral record, which `serve --record` can write and
 //!   `simulate` reads;
 //! - [`recording`]: secondhit's own recording, which `serve --record` writes by default: the
@@ -43,6 +44,7 @@
 mod arc;
 mod arena;
 mod belady;
+mod blocks;
 mod budget;
 mod clock;
 mod fifo;
@@ -65,6 +67,7 @@ pub use s3fifo::S3Fifo;
 pub use sieve::Sieve;
 pub use wtinylfu::WTinyLfu;
 
+pub use blocks::BlockFifo;
 pub use budget::WriteBudget;
 pub use lane::{Counts, Lane, LaneError, Recorded, Step};
 

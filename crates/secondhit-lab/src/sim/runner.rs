@@ -444,6 +444,7 @@ fn tier_figures(t: &TwoTier, spec: DiskSpec) -> (Counts, DiskResult) {
         eviction: spec.eviction.to_string(),
         capacity_bytes: spec.capacity,
         write_rate: spec.write_rate,
+        block_size: spec.block_size,
         memory_hits: tc.memory_hits,
         memory_hit_bytes: tc.memory_hit_bytes,
         disk_hits: tc.disk_hits,

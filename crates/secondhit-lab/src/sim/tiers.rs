@@ -46,7 +46,15 @@ pub struct DiskSpec {
     pub eviction: Eviction,
     /// At most this many bytes written a second of trace time (`None`: no budget).
     pub write_rate: Option<u64>,
+    /// Evict whole blocks of this many bytes, as `serve`'s flash tier does ([`BlockFifo`](crate::store::BlockFifo);
+    /// `eviction` must be FIFO); `None`: object by object.
+    pub block_size: Option<u64>,
 }
+
+/// Bytes a flash entry of `serve` carries beside its body before it is rounded up to a page:
+/// foyer's entry header (36), the key with its length (about 70 for a replayed trace's URL),
+/// and the object's encoding (68) with its header fields (about 215 from `secondhit origin`).
+pub const FLASH_ENTRY_OVERHEAD: u64 = 390;
 
 /// What to simulate below memory (`Options::disk`).
 #[derive(Clone, Debug, PartialEq)]
@@ -59,6 +67,8 @@ pub struct DiskOptions {
     pub eviction: Eviction,
     /// The write budget, bytes a second.
     pub write_rate: Option<u64>,
+    /// Whole blocks of this many bytes evicted at once ([`DiskSpec::block_size`]).
+    pub block_size: Option<u64>,
 }
 
 /// The flash tier's figures in a run. Sizes are bytes.
@@ -73,6 +83,9 @@ pub struct DiskResult {
     /// The write budget, bytes a second, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_rate: Option<u64>,
+    /// Whole blocks of this many bytes evicted at once (`--disk-block-size`), if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u64>,
     /// Requests served from memory.
     pub memory_hits: u64,
     /// Their bytes.
@@ -143,7 +156,7 @@ pub struct TierCounts {
 /// use std::time::Duration;
 ///
 /// let disk = DiskSpec { capacity: 1_000, policy: Policy::SecondHitExact,
-///     eviction: Eviction::Fifo, write_rate: None };
+///     eviction: Eviction::Fifo, write_rate: None, block_size: None };
 /// let mut c = TwoTier::new(Policy::AdmitAll, Eviction::Lru, StoreKind::Exact, 10, disk,
 ///     &Settings::default()).unwrap();
 /// let t = Duration::ZERO;
@@ -201,8 +214,20 @@ impl TwoTier {
                 FLASH_EVICTIONS.map(|e| e.as_str()).join(", ")
             )));
         }
-        let mut flash =
-            store::exact(disk.eviction, disk.capacity).ok_or(SimError::TinyLfuNeedsMoka)?;
+        let mut flash: Box<dyn SimStore> = match disk.block_size {
+            // `serve` writes no object over half a block less 64 KiB.
+            Some(block) if disk.eviction == Eviction::Fifo => Box::new(
+                store::BlockFifo::new(disk.capacity, block, FLASH_ENTRY_OVERHEAD)
+                    .with_max_object((block / 2).saturating_sub(64 << 10)),
+            ),
+            Some(_) => {
+                return Err(SimError::Disk(format!(
+                    "--disk-block-size: blocks are evicted in FIFO order, not {}",
+                    disk.eviction
+                )))
+            }
+            None => store::exact(disk.eviction, disk.capacity).ok_or(SimError::TinyLfuNeedsMoka)?,
+        };
         // Only to count flash's evictions.
         let counts_evictions = flash.keep_evicted();
         Ok(TwoTier {
@@ -350,6 +375,7 @@ mod tests {
                 policy,
                 eviction: Eviction::Fifo,
                 write_rate: rate,
+                block_size: None,
             },
             &Settings {
                 window: None,
