@@ -243,6 +243,13 @@ pub struct SettingsReport {
     /// How they shared each capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_capacity: Option<NodeCapacity>,
+    /// Bytes each stored object weighed beside its body ([`Options::object_cost`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub object_cost: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Whether a request's key falls in the sampled share `rate` of the hash space (the high 64 bits
@@ -341,6 +348,7 @@ impl SettingsReport {
             sample: options.sample,
             nodes: (options.nodes.count > 1).then_some(options.nodes.count),
             node_capacity: (options.nodes.count > 1).then_some(options.nodes.capacity),
+            object_cost: options.object_cost,
         }
     }
 }

@@ -187,6 +187,7 @@ impl Lane {
             .get(&key)
             .copied()
             .filter(|&until| time >= until);
+        let mut found = None;
         if let Some(until) = stale {
             if self.store.get(&weighed) {
                 let expired = time.saturating_sub(until) >= self.stale_keep;
@@ -200,10 +201,12 @@ impl Lane {
                     return Step::Refused;
                 }
             }
+            // Evicted, or expired and dropped: a miss, the store asked once already.
             self.fresh_until.remove(&key);
+            found = Some(false);
         }
         // Fresh, or not stored: as any request, with its own weight.
-        let step = self.see_weighed(access, weighed.size, time, rec.storable);
+        let step = self.see_looked_up(access, weighed.size, time, rec.storable, found);
         if step == Step::Written {
             let until = rec
                 .fresh_for
@@ -245,6 +248,20 @@ impl Lane {
         time: Duration,
         storable: bool,
     ) -> Step {
+        self.see_looked_up(access, weight, time, storable, None)
+    }
+
+    /// [`Lane::see_weighed`]; `found`: the store was already asked (a store's lookup may
+    /// change it, as ghost lists do: it is asked once a request).
+    #[inline]
+    fn see_looked_up(
+        &mut self,
+        access: &Access,
+        weight: u64,
+        time: Duration,
+        storable: bool,
+        found: Option<bool>,
+    ) -> Step {
         let c = &mut self.counts;
         c.requests += 1;
         c.requested_bytes += access.size;
@@ -255,7 +272,7 @@ impl Lane {
             ..*access
         };
         let access = &weighed;
-        if self.store.get(access) {
+        if found.unwrap_or_else(|| self.store.get(access)) {
             c.hits += 1;
             c.hit_bytes += body;
             return Step::Hit;

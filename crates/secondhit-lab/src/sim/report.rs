@@ -173,6 +173,19 @@ impl Report {
             st.layout,
             st.store
         );
+        if st.object_cost > 0 {
+            let _ = writeln!(
+                out,
+                "objects weigh their size and {} bytes each (--object-cost: key, header fields and bookkeeping, as serve charges them); hits and bytes are bodies",
+                units::count(st.object_cost)
+            );
+        }
+        if self.format == "secondhit-recording" {
+            let _ = writeln!(
+                out,
+                "a recording of serve: objects weigh what it charged, unstorable responses are never written, a stored copy is a hit only while fresh"
+            );
+        }
         if let Some(rate) = st.sample {
             let _ = writeln!(
                 out,
