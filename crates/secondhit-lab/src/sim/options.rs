@@ -61,8 +61,9 @@ pub struct Options {
     pub slice_size: Option<u64>,
     /// Bytes each stored object costs beside its body, as `serve`'s weigher charges its key,
     /// header fields and bookkeeping ([`OBJECT_COST_SERVE`](super::OBJECT_COST_SERVE) for what
-    /// `serve` charges a typical object; `simulate --object-cost`). Hits and byte counts stay
-    /// body bytes. Default 0: libCacheSim's model, where an object weighs its size.
+    /// `serve` charges a typical object; `simulate --object-cost`): in memory, and in the
+    /// memory tier above flash. Hits and byte counts stay body bytes. Default 0: libCacheSim's
+    /// model, where an object weighs its size.
     pub object_cost: u64,
     /// On a recording that says how long objects stay fresh (`serve --record`): how long a
     /// stale object is kept for revalidation before it is dropped, as `serve`'s
@@ -154,10 +155,6 @@ impl Options {
             }
         }
         match &self.disk {
-            Some(_) if self.object_cost > 0 => Err(SimError::Disk(
-                "--object-cost: not with --disk-capacity yet (the flash tier's weights are not modelled)"
-                    .into(),
-            )),
             Some(d) => self.validate_disk(d),
             None => Ok(()),
         }

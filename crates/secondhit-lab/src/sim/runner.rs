@@ -145,14 +145,17 @@ impl Runner {
                 spec,
                 lanes: Vec::new(),
                 ring: None,
-                tiers: Some(TwoTier::new(
-                    spec.policy,
-                    spec.eviction,
-                    spec.store,
-                    spec.capacity,
-                    disk,
-                    settings,
-                )?),
+                tiers: Some(
+                    TwoTier::new(
+                        spec.policy,
+                        spec.eviction,
+                        spec.store,
+                        spec.capacity,
+                        disk,
+                        settings,
+                    )?
+                    .with_object_cost(spec.object_cost),
+                ),
                 baseline: None,
                 shield: None,
                 busy: Duration::ZERO,

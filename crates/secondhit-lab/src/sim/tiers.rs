@@ -171,6 +171,8 @@ pub struct TwoTier {
     memory: Box<dyn SimStore>,
     memory_policy: Box<dyn Admission>,
     memory_capacity: u64,
+    /// Bytes memory charges each object beside its body ([`TwoTier::with_object_cost`]).
+    object_cost: u64,
     disk: Box<dyn SimStore>,
     disk_policy: Box<dyn Admission>,
     disk_capacity: u64,
@@ -234,6 +236,7 @@ impl TwoTier {
             memory,
             memory_policy: settings.build(memory_policy)?,
             memory_capacity,
+            object_cost: 0,
             disk: flash,
             disk_policy: settings
                 .build(disk.policy)
@@ -246,6 +249,13 @@ impl TwoTier {
             disk_evicted: Vec::new(),
             counts: TierCounts::default(),
         })
+    }
+
+    /// Memory charges every object `cost` bytes beside its body, as `serve`'s weigher does
+    /// (`simulate --object-cost`); flash entries keep their own layout. Default 0.
+    pub fn with_object_cost(mut self, cost: u64) -> TwoTier {
+        self.object_cost = cost;
+        self
     }
 
     /// One request at `time`.
@@ -288,9 +298,13 @@ impl TwoTier {
         self.hand_down(a.vtime, time);
     }
 
-    /// Stores `a` in memory; whether it is there.
+    /// Stores `a` in memory (weighed with the object cost); whether it is there.
     fn store_in_memory(&mut self, a: &Access) -> bool {
-        if a.size > self.memory_capacity || !self.memory.put(a) {
+        let weighed = Access {
+            size: a.size.saturating_add(self.object_cost),
+            ..*a
+        };
+        if weighed.size > self.memory_capacity || !self.memory.put(&weighed) {
             return false;
         }
         self.counts.memory_writes += 1;
@@ -302,8 +316,10 @@ impl TwoTier {
     fn hand_down(&mut self, vtime: u64, time: Duration) {
         let mut evicted = std::mem::take(&mut self.evicted);
         self.memory.take_evicted(&mut evicted);
-        for &(key, size) in &evicted {
+        for &(key, weight) in &evicted {
             if self.bound_for_disk.remove(&key) {
+                // Memory weighed it with the object cost; flash takes its body.
+                let size = weight.saturating_sub(self.object_cost);
                 self.write_to_flash(key, size, vtime, time);
             }
         }
@@ -436,5 +452,26 @@ mod tests {
         assert!(n.disk_write_bytes >= 100 * 80, "{n:?}");
         assert_eq!(n.disk_writes + n.disk_refusals, 399, "{n:?}"); // the last stays in memory
         assert!(n.disk_refusals > 100);
+    }
+
+    #[test]
+    fn an_object_cost_weighs_memory_and_flash_takes_bodies() {
+        // Memory of 100 bytes: ten 10-byte objects alone, two when each also costs 40. What it
+        // evicts reaches flash at its body's size.
+        let mut c = tiers(100, 1_000, Policy::AdmitAll, None).with_object_cost(40);
+        for id in 0..10 {
+            c.step(&Access::new(id, 10, id), Duration::ZERO);
+        }
+        let n = c.counts();
+        assert_eq!((n.memory_writes, n.memory_write_bytes), (10, 100));
+        assert_eq!((n.disk_writes, n.disk_write_bytes), (8, 80));
+        // 8 and 9 in memory, 0 to 7 on flash: 0 and 1, promoted, push 8 and 9 down to flash,
+        // so every one of the ten is then a flash hit.
+        for id in 0..10 {
+            c.step(&Access::new(id, 10, 10 + id), Duration::ZERO);
+        }
+        let n = c.counts();
+        assert_eq!((n.memory_hits, n.disk_hits), (0, 10));
+        assert_eq!((n.disk_writes, n.disk_write_bytes), (10, 100));
     }
 }
