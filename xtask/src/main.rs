@@ -97,6 +97,13 @@ const SUITES: &[Suite] = &[
         knobs: &["CONCURRENCY", "ROUNDS", "PROFILE", "BENCH_DIR"],
     },
     Suite {
+        name: "predict",
+        title: "The lab against the deployed edge: serve with production settings beside simulate",
+        peer: "secondhit simulate's prediction (with and without what it knows of serve)",
+        script: "scripts/bench-predict.sh",
+        knobs: &["PROFILE", "BENCH_DIR"],
+    },
+    Suite {
         name: "replay",
         title: "A trace replayed live: secondhit serve against nginx",
         peer: "nginx proxy_cache, proxy_cache_min_uses 2",
