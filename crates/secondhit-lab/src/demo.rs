@@ -6,8 +6,8 @@
 //! By default the proxy runs as deployed (production weights: key, header fields and
 //! bookkeeping count against the capacity) and the prediction weighs objects the same way
 //! (`simulate --object-cost serve`, [`OBJECT_COST_SERVE`]): the two agree within a few hundredths
-//! of a point, not exactly, as the real cost of an object differs from the constant by a few
-//! bytes. With [`DemoOptions::lab_mode`] the proxy runs in lab mode (body-only weights, the
+//! of a point (exactly, on the bundled trace at concurrency 1), not by construction, as the real
+//! cost of an object differs from the constant by a few bytes. With [`DemoOptions::lab_mode`] the proxy runs in lab mode (body-only weights, the
 //! simulator's moka maintenance) and at concurrency 1 the live hit and write counts must equal
 //! the prediction.
 
