@@ -47,6 +47,11 @@
 #        ORIGINS=3 BASELINE=path/to/older/secondhit scripts/bench-proxy.sh
 #          the origin answers on three ports and this build's default origin is a group of the
 #          three (--origin given three times; the baseline keeps one): what the group costs
+#        FLASH=1 scripts/bench-proxy.sh
+#          also runs this build with 1 MiB of memory above a 1 GiB flash tier in the run's
+#          directory (cache.disk): hit_16k_x1000 and hit_1m are then flash hits (memory holds
+#          few 16 KiB objects and no 1 MiB one), hit_1k a memory hit; like nginx's cache, the
+#          flash tier's files are read through the page cache
 #        LAB=1 scripts/bench-proxy.sh
 #          also runs this build with three shadow policies and the recording on (--shadow
 #          admit-all,nth-hit:3,second-hit:window=10m --record FILE): what the lab costs
@@ -101,7 +106,7 @@ setsid "$bin" serve "${origin_flags[@]}" --listen 127.0.0.1:18083 \
   --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"
-if [ -n "${LAB:-}" ]; then
+if [ -n "${LAB:-}" ] || [ -n "${FLASH:-}" ]; then
   BASELINE=${BASELINE:-$bin}
 fi
 if [ -n "${BASELINE:-}" ]; then
@@ -111,6 +116,10 @@ if [ -n "${BASELINE:-}" ]; then
   fi
   if [ -n "${LAB:-}" ]; then
     BASELINE_ARGS+=(--shadow admit-all,nth-hit:3,second-hit:window=10m --record "$dir/logs/lab.oracleGeneral")
+  fi
+  if [ -n "${FLASH:-}" ]; then
+    printf '[cache]\ncapacity = "1MiB"\n[cache.disk]\ndir = "%s"\ncapacity = "1GiB"\n' "$dir/flash" >"$dir/flash.toml"
+    BASELINE_ARGS+=(--config "$dir/flash.toml")
   fi
   setsid "$BASELINE" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18084 \
     --admin-listen 127.0.0.1:18094 --log-level warn "${BASELINE_ARGS[@]}" 2>"$dir/logs/baseline.log" &
@@ -188,7 +197,7 @@ for scenario in $SCENARIOS; do
     case $port in
       18082) name="nginx proxy_cache, min_uses 2" ;;
       18083) name="secondhit serve" ;;
-      *) if [ -n "${LAB:-}" ]; then name="secondhit + 3 shadows + --record"; else name="secondhit (baseline: $BASELINE)"; fi ;;
+      *) if [ -n "${LAB:-}" ]; then name="secondhit + 3 shadows + --record"; elif [ -n "${FLASH:-}" ]; then name="secondhit, 1 MiB memory above flash"; else name="secondhit (baseline: $BASELINE)"; fi ;;
     esac
     url="http://127.0.0.1:$port"
     conns=64; args=()
@@ -232,7 +241,7 @@ for scenario in $SCENARIOS; do
     case $port in
       18082) name="nginx proxy_cache, min_uses 2" ;;
       18083) name="secondhit serve" ;;
-      *) if [ -n "${LAB:-}" ]; then name="secondhit + lab"; else name="baseline"; fi ;;
+      *) if [ -n "${LAB:-}" ]; then name="secondhit + lab"; elif [ -n "${FLASH:-}" ]; then name="secondhit from flash"; else name="baseline"; fi ;;
     esac
     summary+=$(awk -v p="$port" -v sc="$scenario" -v name="$name" "$MEDIAN"'
       function ms(x) { if (x ~ /us$/) return x / 1000; if (x ~ /ms$/) return x + 0; if (x ~ /s$/) return x * 1000; return x + 0 }
@@ -337,7 +346,7 @@ NGINX
     icount "nginx proxy_cache, min_uses 2" 18085 $scenario -- nginx -p "$dir" -c "$dir/icount.conf"
     icount "secondhit serve" 18086 $scenario -- "$bin" serve --origin http://127.0.0.1:18081 \
       --listen 127.0.0.1:18086 --admin-listen 127.0.0.1:18096 --log-level warn --workers 1
-    if [ -n "${BASELINE:-}" ] && [ -z "${LAB:-}" ]; then
+    if [ -n "${BASELINE:-}" ] && [ -z "${LAB:-}" ] && [ -z "${FLASH:-}" ]; then
       icount "baseline" 18087 $scenario -- "$BASELINE" serve --origin http://127.0.0.1:18081 \
         --listen 127.0.0.1:18087 --admin-listen 127.0.0.1:18097 --log-level warn --workers 1
     fi

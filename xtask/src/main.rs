@@ -70,6 +70,7 @@ const SUITES: &[Suite] = &[
             "BASELINE",
             "BASELINE_LOG",
             "LAB",
+            "FLASH",
             "ICOUNT",
             "ORIGINS",
             "ACCESS_LOG",
@@ -88,6 +89,13 @@ const SUITES: &[Suite] = &[
             "BASELINE",
             "ORIGINS",
         ],
+    },
+    Suite {
+        name: "flash-hits",
+        title: "Hits from the flash tier (FLASH=1: 1 MiB of memory above flash) against nginx's disk cache",
+        peer: "nginx proxy_cache, min_uses 2, its files in the page cache",
+        script: "scripts/bench-proxy.sh",
+        knobs: &["SCENARIOS", "RUNS", "DURATION", "SECONDHIT_BIN", "FLASH"],
     },
     Suite {
         name: "maintenance",
