@@ -464,22 +464,30 @@ struct Kept {
 }
 
 impl Kept {
-    /// A stored object served from the cache.
-    fn hit(obj: &CachedObject, now: Duration) -> Kept {
+    /// A stored object's header bytes and what is left of its freshness at `now`; `hit`: the
+    /// cache served it (else it was refreshed or served stale).
+    fn of(
+        headers: &cached::StoredHeaders,
+        fresh_until: Duration,
+        now: Duration,
+        hit: bool,
+    ) -> Kept {
         Kept {
-            head: obj.headers.weight(),
-            fresh_for: Some(obj.fresh_until.saturating_sub(now)),
-            hit: true,
+            head: headers.weight(),
+            fresh_for: Some(fresh_until.saturating_sub(now)),
+            hit,
         }
     }
+}
 
-    /// A stored object refreshed or served stale: its header bytes and what is left of its
-    /// freshness.
-    fn stored(obj: &CachedObject, now: Duration) -> Kept {
-        Kept {
-            hit: false,
-            ..Kept::hit(obj, now)
+impl Proxy {
+    /// What the recording keeps of the stored object `obj` (nothing is worked out, on the hit
+    /// path, when the lab is off: only the recording reads it).
+    fn kept(&self, obj: &CachedObject, hit: bool) -> Kept {
+        if !self.lab.is_on() {
+            return Kept::default();
         }
+        Kept::of(&obj.headers, obj.fresh_until, self.clock.now(), hit)
     }
 }
 
@@ -1103,10 +1111,10 @@ impl Proxy {
             sight: Sight::Now {
                 size: s.body.expected(),
                 storable: true,
-                kept: Kept {
-                    head: s.head.headers.weight(),
-                    fresh_for: Some(s.head.fresh_until.saturating_sub(now)),
-                    hit: true,
+                kept: if self.lab.is_on() {
+                    Kept::of(&s.head.headers, s.head.fresh_until, now, true)
+                } else {
+                    Kept::default()
                 },
             },
         }
@@ -1123,7 +1131,7 @@ impl Proxy {
             sight: Sight::Now {
                 size: obj.body.len() as u64,
                 storable: true,
-                kept: Kept::hit(obj, self.clock.now()),
+                kept: self.kept(obj, true),
             },
         }
     }

@@ -85,22 +85,22 @@ impl StoredHeaders {
     /// Bytes they hold: the buffer, the fields, and the names (a standard name is held by no
     /// buffer, so this overcounts them a little).
     pub fn weight(&self) -> usize {
-        let names: usize = self.fields.iter().map(|(n, _, _)| n.as_str().len()).sum();
-        self.values.len()
-            + self.fields.len() * std::mem::size_of::<(HeaderName, u32, u32)>()
-            + names
+        self.fields
+            .iter()
+            .map(|(n, a, b)| field_weight(n, b.saturating_sub(*a) as usize))
+            .sum()
     }
 
     /// What [`weight`](StoredHeaders::weight) would say of `headers` once stored, without
     /// storing them.
     pub fn weight_of(headers: &HeaderMap) -> usize {
-        headers
-            .iter()
-            .map(|(n, v)| {
-                v.len() + n.as_str().len() + std::mem::size_of::<(HeaderName, u32, u32)>()
-            })
-            .sum()
+        headers.iter().map(|(n, v)| field_weight(n, v.len())).sum()
     }
+}
+
+/// What one stored field costs: its value's bytes, its slot, and its name.
+fn field_weight(name: &HeaderName, value: usize) -> usize {
+    value + std::mem::size_of::<(HeaderName, u32, u32)>() + name.as_str().len()
 }
 
 /// A stored response.
@@ -380,7 +380,13 @@ impl Entry {
                     + std::mem::size_of::<Sliced>()
                     + 16
             }
-            Entry::Object(o) => key.len() + o.headers.weight() + o.body.len() + ENTRY_OVERHEAD,
+            Entry::Object(o) => usize::try_from(object_weight(
+                key.len(),
+                o.headers.weight(),
+                o.body.len() as u64,
+                false,
+            ))
+            .unwrap_or(usize::MAX),
             Entry::Variants(fields) => {
                 key.len()
                     + fields

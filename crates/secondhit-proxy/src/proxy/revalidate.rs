@@ -14,7 +14,7 @@ use super::coalesce::{Fetched, Leader, Role};
 use super::fetch::upstream_request;
 use super::outcome::{Fwd, Outcome, Refusal};
 use super::pump::Tiers;
-use super::{hit, Answer, Exchange, Kept, Live, Proxy, PurgeError, Sight};
+use super::{hit, Answer, Exchange, Live, Proxy, PurgeError, Sight};
 use crate::body::empty;
 use crate::http_cache::{
     cache_key, storability, strip_hop_by_hop, updated_headers, validates, vary_fields, Credentials,
@@ -231,7 +231,7 @@ impl Proxy {
             sight: Sight::Now {
                 size: refreshed.body.len() as u64,
                 storable: true,
-                kept: Kept::stored(&refreshed, self.clock.now()),
+                kept: self.kept(&refreshed, false),
             },
         }
     }
@@ -448,7 +448,7 @@ impl Proxy {
             sight: Sight::Now {
                 size: stored.body.len() as u64,
                 storable: true,
-                kept: Kept::stored(stored, self.clock.now()),
+                kept: self.kept(stored, false),
             },
         }
     }

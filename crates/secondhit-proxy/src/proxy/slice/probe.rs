@@ -225,7 +225,12 @@ impl Proxy {
                 size: part.total,
                 storable,
                 kept: Kept {
-                    head: served.headers.weight(),
+                    // Only the recording reads it.
+                    head: if self.lab.is_on() {
+                        served.headers.weight()
+                    } else {
+                        0
+                    },
                     fresh_for: c.fresh.map(|f| f.lifetime.saturating_sub(f.initial_age)),
                     hit: false,
                 },
