@@ -405,6 +405,95 @@ async fn replay_can_start_part_way_through_a_trace() {
     origin.shutdown().await;
 }
 
+/// A live run of two tiers: `serve` in lab mode in front of `origin`, `memory` bytes for
+/// `memory_policy` above a flash tier of `disk` bytes (in blocks of `block`, or the default)
+/// admitting by `flash`, the first `requests` of `source` replayed at concurrency 1. The
+/// replay's report and the flash tier's figures.
+async fn live_two_tiers(
+    origin: std::net::SocketAddr,
+    source: &trace::Source,
+    requests: u64,
+    (memory, memory_policy): (u64, Policy),
+    (disk, block, flash): (u64, Option<u64>, Policy),
+) -> (replay::ReplayReport, secondhit::disk::DiskFigures) {
+    use secondhit::config::DiskConfig;
+    let dir = std::env::temp_dir().join(format!(
+        "secondhit-agreement-{memory_policy}-{flash}-{disk}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut config = support::lab_config(origin, memory, memory_policy);
+    config.cache.max_object_size = Some(memory.min(4 << 20));
+    let mut disk_config = DiskConfig {
+        dir: Some(dir.clone()),
+        capacity: disk,
+        ..DiskConfig::default()
+    };
+    if let Some(b) = block {
+        disk_config.block_size = b;
+    }
+    config.cache.disk = disk_config;
+    config.admission.disk = flash;
+    let proxy = secondhit::server::start(
+        config.validate().unwrap(),
+        std::sync::Arc::new(secondhit::clock::SystemClock::new()),
+    )
+    .await
+    .unwrap();
+    let mut ro = ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
+    ro.concurrency = 1;
+    ro.limit = Some(requests);
+    let live = replay::run(source.open().unwrap(), &ro, &Quiet)
+        .await
+        .unwrap();
+    let tier = proxy.proxy.disk().expect("a flash tier").tier.figures();
+    proxy.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        (live.errors, live.corrupted),
+        (0, 0),
+        "memory {memory_policy}, flash {flash}"
+    );
+    (live, tier)
+}
+
+/// What `simulate --store moka` predicts for [`live_two_tiers`]'s setup (flash evicting FIFO,
+/// in whole blocks of `block` if given).
+fn predict_two_tiers(
+    source: &trace::Source,
+    requests: u64,
+    (memory, memory_policy): (u64, Policy),
+    (disk, block, flash): (u64, Option<u64>, Policy),
+) -> sim::RunResult {
+    sim::run(
+        source,
+        &sim::Options {
+            policies: vec![memory_policy],
+            evictions: vec![Eviction::Lru],
+            store: StoreKind::Moka,
+            capacities: Capacities::Bytes(vec![memory]),
+            settings: Settings {
+                window: None,
+                ..Settings::default()
+            },
+            threads: 1,
+            limit: Some(requests),
+            disk: Some(secondhit::sim::DiskOptions {
+                capacities: vec![disk],
+                policies: vec![flash],
+                eviction: Eviction::Fifo,
+                write_rate: None,
+                block_size: block,
+            }),
+            ..sim::Options::default()
+        },
+        &Quiet,
+    )
+    .unwrap()
+    .results
+    .remove(0)
+}
+
 /// Two tiers, live against simulated: lab mode, concurrency 1, memory at 5 % of the working set
 /// above a flash tier too large to evict (whole-block FIFO and the simulator's per-object FIFO
 /// then agree); memory admitting all above flash admitting all or second hits, and memory
@@ -412,11 +501,7 @@ async fn replay_can_start_part_way_through_a_trace() {
 /// hits, flash hits and flash writes must be equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tiers_live_equal_the_simulation() {
-    use secondhit::config::DiskConfig;
-    use secondhit::sim::DiskOptions;
-    use std::sync::Arc;
-    let path = bundled("request.trace.xz");
-    let source = trace::Source::file(&path, None);
+    let source = trace::Source::file(bundled("request.trace.xz"), None);
     let requests = 8_000;
     let summary =
         secondhit::trace::stats::collect(source.open().unwrap().take(requests as usize)).unwrap();
@@ -435,62 +520,11 @@ async fn two_tiers_live_equal_the_simulation() {
         (Policy::AdmitAll, Policy::SecondHit),
         (Policy::SecondHit, Policy::AdmitAll),
     ] {
-        let dir = std::env::temp_dir().join(format!(
-            "secondhit-agreement-{memory_policy}-{flash}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut config = support::lab_config(origin.addr, memory, memory_policy);
-        config.cache.disk = DiskConfig {
-            dir: Some(dir.clone()),
-            capacity: disk,
-            ..DiskConfig::default()
-        };
-        config.admission.disk = flash;
-        let proxy = secondhit::server::start(
-            config.validate().unwrap(),
-            Arc::new(secondhit::clock::SystemClock::new()),
-        )
-        .await
-        .unwrap();
-        let mut ro = ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
-        ro.concurrency = 1;
-        ro.limit = Some(requests);
-        let live = replay::run(source.open().unwrap(), &ro, &Quiet)
-            .await
-            .unwrap();
-        let tier = proxy.proxy.disk().expect("a flash tier").tier.figures();
-        proxy.shutdown().await;
-        let _ = std::fs::remove_dir_all(&dir);
-
-        let predicted = sim::run(
-            &source,
-            &sim::Options {
-                policies: vec![memory_policy],
-                evictions: vec![Eviction::Lru],
-                store: StoreKind::Moka,
-                capacities: Capacities::Bytes(vec![memory]),
-                settings: Settings {
-                    window: None,
-                    ..Settings::default()
-                },
-                threads: 1,
-                limit: Some(requests),
-                disk: Some(DiskOptions {
-                    capacities: vec![disk],
-                    policies: vec![flash],
-                    eviction: Eviction::Fifo,
-                    write_rate: None,
-                    block_size: None,
-                }),
-                ..sim::Options::default()
-            },
-            &Quiet,
-        )
-        .unwrap();
-        let p = predicted.results[0].disk.as_ref().expect("two tiers");
+        let (mem, fl) = ((memory, memory_policy), (disk, None, flash));
+        let (live, tier) = live_two_tiers(origin.addr, &source, requests, mem, fl).await;
+        let predicted = predict_two_tiers(&source, requests, mem, fl);
+        let p = predicted.disk.as_ref().expect("two tiers");
         let flash = format!("memory {memory_policy}, flash {flash}");
-        assert_eq!((live.errors, live.corrupted), (0, 0), "{flash}");
         assert_eq!(
             p.disk_evictions,
             Some(0),
@@ -506,15 +540,13 @@ async fn two_tiers_live_equal_the_simulation() {
 }
 
 /// Two tiers with the flash tier full and evicting whole blocks (24 MiB in 1 MiB blocks under
-/// 84 MiB of objects for admit-all on flash, 6 MiB for second-hit): live within 0.5 points of `simulate --disk-block-size`, which lays
-/// objects out as the flash tier does (entries rounded up to 4 KiB pages, a clean block kept,
-/// the oldest block evicted whole). An object-by-object FIFO of the same bytes predicts about a
-/// point too many hits: it packs more objects and evicts them one at a time.
+/// 84 MiB of objects for admit-all on flash, 6 MiB for second-hit): live within 0.5 points of
+/// `simulate --disk-block-size`, which lays objects out as the flash tier does (entries rounded
+/// up to 4 KiB pages, a clean block kept, the oldest block evicted whole). An object-by-object
+/// FIFO of the same bytes predicts about a point too many hits: it packs more objects and
+/// evicts them one at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tiers_with_the_flash_tier_evicting_blocks_are_predicted() {
-    use secondhit::config::DiskConfig;
-    use secondhit::sim::DiskOptions;
-    use std::sync::Arc;
     let source = trace::Source::file(bundled("request.trace.xz"), None);
     let requests = 20_000;
     let (memory, block) = (4_423_680, 1 << 20);
@@ -527,66 +559,17 @@ async fn two_tiers_with_the_flash_tier_evicting_blocks_are_predicted() {
     .unwrap();
     // Flash second-hit writes a sixth of what admit-all writes: a smaller tier, to fill it.
     for (flash, disk) in [(Policy::AdmitAll, 24 << 20), (Policy::SecondHit, 6 << 20)] {
-        let dir = std::env::temp_dir().join(format!(
-            "secondhit-agreement-blocks-{flash}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut config = support::lab_config(origin.addr, memory, Policy::AdmitAll);
-        config.cache.max_object_size = Some(4 << 20);
-        config.cache.disk = DiskConfig {
-            dir: Some(dir.clone()),
-            capacity: disk,
-            block_size: block,
-            ..DiskConfig::default()
-        };
-        config.admission.disk = flash;
-        let proxy = secondhit::server::start(
-            config.validate().unwrap(),
-            Arc::new(secondhit::clock::SystemClock::new()),
+        let mem = (memory, Policy::AdmitAll);
+        let (live, tier) = live_two_tiers(
+            origin.addr,
+            &source,
+            requests,
+            mem,
+            (disk, Some(block), flash),
         )
-        .await
-        .unwrap();
-        let mut ro = ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
-        ro.concurrency = 1;
-        ro.limit = Some(requests);
-        let live = replay::run(source.open().unwrap(), &ro, &Quiet)
-            .await
-            .unwrap();
-        let tier = proxy.proxy.disk().expect("a flash tier").tier.figures();
-        proxy.shutdown().await;
-        let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!((live.errors, live.corrupted), (0, 0), "flash {flash}");
-        let predict = |block_size: Option<u64>| {
-            let r = sim::run(
-                &source,
-                &sim::Options {
-                    policies: vec![Policy::AdmitAll],
-                    evictions: vec![Eviction::Lru],
-                    store: StoreKind::Moka,
-                    capacities: Capacities::Bytes(vec![memory]),
-                    settings: Settings {
-                        window: None,
-                        ..Settings::default()
-                    },
-                    threads: 1,
-                    limit: Some(requests),
-                    disk: Some(DiskOptions {
-                        capacities: vec![disk],
-                        policies: vec![flash],
-                        eviction: Eviction::Fifo,
-                        write_rate: None,
-                        block_size,
-                    }),
-                    ..sim::Options::default()
-                },
-                &Quiet,
-            )
-            .unwrap();
-            r.results[0].clone()
-        };
-        let blocks = predict(Some(block));
-        let objects = predict(None);
+        .await;
+        let blocks = predict_two_tiers(&source, requests, mem, (disk, Some(block), flash));
+        let objects = predict_two_tiers(&source, requests, mem, (disk, None, flash));
         assert!(
             tier.evicted_blocks > 0,
             "flash {flash}: the tier must evict"

@@ -12,10 +12,12 @@ fuzz_target!(|data: &[u8]| {
         Format::TencentPhoto,
         Format::Csv(CsvSpec::default()),
         Format::Csv(CsvSpec { delimiter: b' ', time: None, key: 1, size: Some(2), range: Some(3), header: true }),
+        Format::Recording,
     ];
-    for f in &formats {
+    // `None`: recognised by content (a recording), else by the name (a csv here).
+    for f in formats.iter().map(Some).chain([None]) {
         let bytes: Box<dyn std::io::BufRead + Send> = Box::new(std::io::Cursor::new(data.to_vec()));
-        if let Ok(reader) = trace::reader(Path::new("fuzz"), Some(f), bytes) {
+        if let Ok(reader) = trace::reader(Path::new("fuzz.csv"), f, bytes) {
             for r in reader.take(100_000) {
                 let _ = r;
             }

@@ -426,6 +426,48 @@ pub fn reader(
     })
 }
 
+/// A binary trace of fixed-size records of `N` bytes, read one at a time, each failure naming
+/// the file and the byte offset: what the oracleGeneral and recording readers share.
+pub(crate) struct Records<const N: usize> {
+    src: Box<dyn BufRead + Send>,
+    path: PathBuf,
+    /// Bytes read so far.
+    offset: u64,
+}
+
+impl<const N: usize> Records<N> {
+    pub(crate) fn new(src: Box<dyn BufRead + Send>, path: PathBuf) -> Self {
+        Records {
+            src,
+            path,
+            offset: 0,
+        }
+    }
+
+    /// The next `M` bytes (a record, or a header): `None` at a clean end.
+    pub(crate) fn next_bytes<const M: usize>(&mut self) -> Option<Result<[u8; M], TraceError>> {
+        let mut rec = [0u8; M];
+        match read_record(&mut self.src, &mut rec, &self.path, self.offset) {
+            Ok(true) => {
+                self.offset += M as u64;
+                Some(Ok(rec))
+            }
+            Ok(false) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The next record.
+    pub(crate) fn next_record(&mut self) -> Option<Result<[u8; N], TraceError>> {
+        self.next_bytes::<N>()
+    }
+
+    /// The file, for errors.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// Reads records of exactly `buf.len()` bytes. `Ok(true)`: a whole record; `Ok(false)`: clean
 /// end of stream; a partial record is [`TraceError::Truncated`].
 pub(crate) fn read_record(

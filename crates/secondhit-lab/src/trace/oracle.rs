@@ -1,7 +1,7 @@
 //! libCacheSim's `oracleGeneral` binary format: 24-byte little-endian records, no header:
 //! `u32` time (s), `u64` object id, `u32` size (bytes), `i64` next access (ignored here).
 
-use super::{read_record, Request, TraceError};
+use super::{Records, Request, TraceError};
 use crate::hash::KeyHash;
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -9,19 +9,11 @@ use std::time::Duration;
 
 pub(crate) use secondhit_store::oracle::{encode, RECORD};
 
-pub(crate) struct Reader {
-    src: Box<dyn BufRead + Send>,
-    path: PathBuf,
-    offset: u64,
-}
+pub(crate) struct Reader(Records<RECORD>);
 
 impl Reader {
     pub(crate) fn new(src: Box<dyn BufRead + Send>, path: PathBuf) -> Self {
-        Reader {
-            src,
-            path,
-            offset: 0,
-        }
+        Reader(Records::new(src, path))
     }
 }
 
@@ -29,13 +21,10 @@ impl Iterator for Reader {
     type Item = Result<Request, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let mut rec = [0u8; RECORD];
-        match read_record(&mut self.src, &mut rec, &self.path, self.offset) {
-            Ok(true) => {}
-            Ok(false) => return None,
+        let rec = match self.0.next_record()? {
+            Ok(rec) => rec,
             Err(e) => return Some(Err(e)),
-        }
-        self.offset += RECORD as u64;
+        };
         let r = secondhit_store::oracle::decode(&rec);
         Some(Ok(Request {
             range: None,

@@ -3,24 +3,23 @@
 //! charged, how long the object stayed fresh, and whether it was storable. Each request carries
 //! those in [`Request::recorded`]; the key is the id's, as for oracleGeneral.
 
-use super::{read_record, Recorded, Request, TraceError};
+use super::{Recorded, Records, Request, TraceError};
 use crate::hash::KeyHash;
 use secondhit_store::recording::{check_header, decode, HEADER, RECORD};
 use std::io::BufRead;
 use std::path::PathBuf;
 
 pub(crate) struct Reader {
-    src: Box<dyn BufRead + Send>,
-    path: PathBuf,
-    offset: u64,
+    records: Records<RECORD>,
+    /// The header was read and checked.
+    started: bool,
 }
 
 impl Reader {
     pub(crate) fn new(src: Box<dyn BufRead + Send>, path: PathBuf) -> Self {
         Reader {
-            src,
-            path,
-            offset: 0,
+            records: Records::new(src, path),
+            started: false,
         }
     }
 }
@@ -29,26 +28,20 @@ impl Iterator for Reader {
     type Item = Result<Request, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.offset == 0 {
-            let mut h = [0u8; HEADER];
-            match read_record(&mut self.src, &mut h, &self.path, 0) {
-                Ok(true) => {}
-                Ok(false) => return None,
+        if !self.started {
+            let header = match self.records.next_bytes::<HEADER>()? {
+                Ok(h) => h,
                 Err(e) => return Some(Err(e)),
+            };
+            if let Err(message) = check_header(&header) {
+                return Some(Err(TraceError::parse(self.records.path(), 1, message)));
             }
-            if let Err(message) = check_header(&h) {
-                return Some(Err(TraceError::parse(&self.path, 1, message)));
-            }
-            self.offset = HEADER as u64;
+            self.started = true;
         }
-        let mut rec = [0u8; RECORD];
-        match read_record(&mut self.src, &mut rec, &self.path, self.offset) {
-            Ok(true) => {}
-            Ok(false) => return None,
+        let r = match self.records.next_record()? {
+            Ok(rec) => decode(&rec),
             Err(e) => return Some(Err(e)),
-        }
-        self.offset += RECORD as u64;
-        let r = decode(&rec);
+        };
         Some(Ok(Request {
             time: r.time,
             key: KeyHash::of_u64(r.id),
@@ -130,5 +123,33 @@ mod tests {
         assert!(r.next().unwrap().is_ok());
         let e = r.next().unwrap().unwrap_err().to_string();
         assert_eq!(e, "edge.rec: truncated record at byte 56: 7 of 40 bytes");
+    }
+
+    #[test]
+    fn arbitrary_bytes_after_a_header_or_instead_of_one_never_panic() {
+        // Every record decodes whatever its bytes (no field can be out of range), so a hostile
+        // recording can only end in a named error: every cut of a header and three records of
+        // noise, and the noise alone.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let noise: Vec<u8> = (0..3 * RECORD)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut whole = header().to_vec();
+        whole.extend_from_slice(&noise);
+        for cut in 0..=whole.len() {
+            let got: Vec<_> = reader(whole[..cut].to_vec()).collect();
+            let records = cut.saturating_sub(HEADER) / RECORD;
+            let ok = got.iter().filter(|r| r.is_ok()).count();
+            assert_eq!(ok, records, "cut at {cut}");
+            let torn = cut > 0 && (cut < HEADER || (cut - HEADER) % RECORD != 0);
+            assert_eq!(got.iter().any(Result::is_err), torn, "cut at {cut}");
+        }
+        // (`trace::Reader` stops at the first error.)
+        assert!(reader(noise).next().is_some_and(|r| r.is_err()));
     }
 }
