@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use secondhit::metrics::SliceSource;
 use std::time::Duration;
 use support::origin::{self, media, TestOrigin};
-use support::proxy::{start, Http, RunningProxy};
+use support::proxy::{get_until, read_rest, start, Http, RunningProxy};
 
 const KIB64: u64 = 65_536;
 /// Five slices of 64 KiB, the last one short.
@@ -496,4 +496,99 @@ async fn slices_go_to_flash_and_rebuild_their_head_after_a_restart() {
     assert!(o.media_ranges("/media/f").is_empty());
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A slice is streamed as the origin sends it, to the request whose fetch brings it and to the
+/// requests that follow that fetch: while the origin holds back the second half of slice 1,
+/// both clients already have the first half, from one origin request; once it is whole, both
+/// have every byte and the slice is stored.
+#[tokio::test]
+async fn a_slice_streams_to_its_fetcher_and_followers_as_it_arrives() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let url = "/media/m?size=300000&midway=65536";
+    let c = Http::new(p.addr);
+    // The head, and slice 0.
+    let g = c.send(Method::GET, url, &[("range", "bytes=0-99")]).await;
+    assert_eq!(g.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(o.media_ranges("/media/m"), slice_ranges(0..=0));
+    let gate = o.hold("/media/m#rest");
+    let range = [("range", "bytes=65536-131071")];
+    let (leader, lgot) = get_until(p.addr, url, &range, 32_768).await;
+    let (follower, fgot) = get_until(p.addr, url, &range, 32_768).await;
+    assert_eq!(gate.arrived(), 1, "the origin holds one fetch of slice 1");
+    assert_eq!(o.media_ranges("/media/m"), slice_ranges(1..=1));
+    gate.open();
+    let want = &media("/media/m", 0, SIZE)[65_536..131_072];
+    for (s, got) in [(leader, lgot), (follower, fgot)] {
+        let (body, clean) = read_rest(s, got).await;
+        assert!(clean);
+        assert_eq!(body, want);
+    }
+    assert_eq!(
+        metric(&p, "secondhit_slices_total{source=\"collapsed\"}"),
+        1
+    );
+    let g = c.send(Method::GET, url, &range).await;
+    assert_eq!(g.x_cache(), "HIT");
+    assert_eq!(g.bytes(), want);
+    assert!(o.media_ranges("/media/m").is_empty());
+    p.shutdown().await;
+}
+
+/// A slice whose fetch breaks off after bytes went out cuts every response reading it where the
+/// origin stopped (never padded or completed from elsewhere), and is not stored.
+#[tokio::test]
+async fn a_slice_that_breaks_off_cuts_its_readers_and_is_not_stored() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let url = "/media/b?size=300000&midway=65536";
+    let c = Http::new(p.addr);
+    let g = c.send(Method::GET, url, &[("range", "bytes=0-99")]).await;
+    assert_eq!(g.status, StatusCode::PARTIAL_CONTENT);
+    let stores = p.proxy.metrics().stores();
+    let _gate = o.hold("/media/b#rest");
+    // The whole object: slice 0 from memory, then slice 1 arriving.
+    let (leader, lgot) = get_until(p.addr, url, &[], 65_536 + 32_768).await;
+    let (follower, fgot) = get_until(p.addr, url, &[("range", "bytes=65536-")], 32_768).await;
+    o.stop();
+    let bytes = media("/media/b", 0, SIZE);
+    let (body, _) = read_rest(leader, lgot).await;
+    assert_eq!(
+        body,
+        &bytes[..65_536 + 32_768],
+        "cut where the origin stopped"
+    );
+    let (body, _) = read_rest(follower, fgot).await;
+    assert_eq!(body, &bytes[65_536..65_536 + 32_768]);
+    assert_eq!(p.proxy.metrics().stores(), stores, "nothing more stored");
+    assert_eq!(
+        metric(&p, "secondhit_origin_errors_total{kind=\"body\"}"),
+        1
+    );
+    p.shutdown().await;
+}
+
+/// The first requests of an object not yet known (the probe for its first slice, which tells
+/// its length) stream that slice too: while the origin holds back the second half of slice 0,
+/// the request that fetches it and one that follows it both have the first half; then both get
+/// the whole object, each slice asked of the origin once.
+#[tokio::test]
+async fn a_new_objects_first_slice_streams_to_its_fetcher_and_followers() {
+    let o = origin::start().await;
+    let p = sliced(&o, "admit-all").await;
+    let url = "/media/n?size=300000&midway=0";
+    let gate = o.hold("/media/n#rest");
+    let (leader, lgot) = get_until(p.addr, url, &[], 32_768).await;
+    let (follower, fgot) = get_until(p.addr, url, &[], 32_768).await;
+    assert_eq!(gate.arrived(), 1, "the origin holds one fetch of slice 0");
+    gate.open();
+    let want = media("/media/n", 0, SIZE);
+    for (s, got) in [(leader, lgot), (follower, fgot)] {
+        let (body, clean) = read_rest(s, got).await;
+        assert!(clean);
+        assert_eq!(body, want);
+    }
+    assert_eq!(o.media_ranges("/media/n"), slice_ranges(0..=4));
+    p.shutdown().await;
 }

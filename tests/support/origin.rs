@@ -492,10 +492,33 @@ async fn respond(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
                     if lie == "long" {
                         bytes.push(b'!');
                     }
-                    b.status(StatusCode::PARTIAL_CONTENT)
+                    let b = b
+                        .status(StatusCode::PARTIAL_CONTENT)
                         .header("content-range", format!("bytes {from}-{to}/{size}"))
-                        .header("content-length", bytes.len())
-                        .body(full(bytes))
+                        .header("content-length", bytes.len());
+                    // `midway=N`: a range from byte N sends its first half, then waits for the
+                    // gate held for `PATH#rest` (`TestOrigin::hold`) before the rest.
+                    let midway = param(&req, "midway").and_then(|v| v.parse::<usize>().ok());
+                    let gate = shared
+                        .gates
+                        .lock()
+                        .unwrap()
+                        .get(&format!("{path}#rest"))
+                        .cloned();
+                    match (midway == Some(f), gate) {
+                        (true, Some(gate)) => {
+                            let (tx, rx) = tokio::sync::mpsc::channel(2);
+                            tokio::spawn(async move {
+                                let mut bytes = Bytes::from(bytes);
+                                let first = bytes.split_to(bytes.len() / 2);
+                                let _ = tx.send(Ok(Frame::data(first))).await;
+                                gate.pass().await;
+                                let _ = tx.send(Ok(Frame::data(bytes))).await;
+                            });
+                            b.body(StreamBody::new(ReceiverStream(rx)).boxed())
+                        }
+                        _ => b.body(full(bytes)),
+                    }
                 }
             }
         }

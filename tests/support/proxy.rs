@@ -100,6 +100,53 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A GET of `path` with `headers` on a fresh connection (`Connection: close`), read until the
+/// response's head and at least `n` bytes of its body have arrived (each read within 10 s);
+/// the connection is returned unread past that, with what was read.
+pub async fn get_until(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    n: usize,
+) -> (tokio::net::TcpStream, Vec<u8>) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The authority the other clients here send: it is part of the cache key.
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16_384];
+    while body_of(&got).is_none_or(|b| b.len() < n) {
+        let k = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("bytes within 10 s")
+            .unwrap();
+        assert!(k > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..k]);
+    }
+    (s, got)
+}
+
+/// The body in what was read of a response (after its head), if the head is whole.
+pub fn body_of(response: &[u8]) -> Option<&[u8]> {
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+    Some(&response[split + 4..])
+}
+
+/// The rest of a response [`get_until`] began, read to the connection's end (20 s at most):
+/// (its whole body, whether the connection ended cleanly).
+pub async fn read_rest(mut s: tokio::net::TcpStream, got: Vec<u8>) -> (Vec<u8>, bool) {
+    let mut all = got;
+    let clean = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut all))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    let body = body_of(&all).expect("a response head").to_vec();
+    (body, clean)
+}
+
 /// GET on the admin listener, or POST when `post`.
 pub async fn admin(addr: SocketAddr, path: &str, post: bool) -> (StatusCode, String) {
     admin_with(addr, path, post, None).await

@@ -75,17 +75,22 @@ impl Growing {
         }
     }
 
-    /// The body so far as one buffer (copied once unless it came in one chunk).
-    pub fn assemble(&self) -> Bytes {
+    /// The body so far and then `last` (a chunk not pushed: readers have not seen it), as one
+    /// buffer (copied once unless it is one chunk). A fetch holds its last chunk back and
+    /// stores the whole body before [`Growing::finish`] gives readers its end, so that a
+    /// client that has the whole response finds it stored.
+    pub fn assemble(&self, last: Bytes) -> Bytes {
         let s = self.state();
-        match s.chunks.as_slice() {
-            [one] => one.clone(),
-            chunks => {
-                let len = chunks.iter().map(Bytes::len).sum();
+        match (s.chunks.as_slice(), last.is_empty()) {
+            ([], _) => last,
+            ([one], true) => one.clone(),
+            (chunks, _) => {
+                let len = chunks.iter().map(Bytes::len).sum::<usize>() + last.len();
                 let mut b = Vec::with_capacity(len);
                 for c in chunks {
                     b.extend_from_slice(c);
                 }
+                b.extend_from_slice(&last);
                 Bytes::from(b)
             }
         }
@@ -225,13 +230,32 @@ mod tests {
         assert_eq!(&first[..], b"ab");
         g.push(Bytes::from_static(b"cd"));
         g.push(Bytes::from_static(b"ef"));
-        let whole = g.assemble();
+        let whole = g.assemble(Bytes::new());
         assert_eq!(&whole[..], b"abcdef");
         g.finish(whole);
         let late = g.reader();
         assert_eq!(read_all(early).await.unwrap(), b"abcdef");
         assert_eq!(read_all(middle).await.unwrap(), b"cdef");
         assert_eq!(read_all(late).await.unwrap(), b"abcdef");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_held_back_reaches_readers_only_with_the_end() {
+        let g = Growing::new(4);
+        let mut r = g.reader();
+        g.push(Bytes::from_static(b"ab"));
+        let first = r.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"ab");
+        let whole = g.assemble(Bytes::from_static(b"cd"));
+        assert_eq!(&whole[..], b"abcd");
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), r.frame());
+        assert!(waiting.await.is_err(), "the held-back chunk was not pushed");
+        g.finish(whole);
+        assert_eq!(read_all(r).await.unwrap(), b"cd");
+        // A body of one chunk, held back: no copy.
+        let g = Growing::new(2);
+        let one = Bytes::from_static(b"ok");
+        assert_eq!(g.assemble(one.clone()).as_ptr(), one.as_ptr());
     }
 
     #[tokio::test]
@@ -243,7 +267,7 @@ mod tests {
         g.push(Bytes::from_static(b"wx"));
         tokio::task::yield_now().await;
         g.push(Bytes::from_static(b"yz"));
-        let b = g.assemble();
+        let b = g.assemble(Bytes::new());
         g.finish(b);
         assert_eq!(reading.await.unwrap().unwrap(), b"wxyz");
     }
@@ -276,7 +300,7 @@ mod tests {
         let g = Growing::new(2);
         let filler = g.filler();
         filler.push(Bytes::from_static(b"ok"));
-        let whole = filler.assemble();
+        let whole = filler.assemble(Bytes::new());
         filler.finish(whole);
         drop(filler);
         assert_eq!(read_all(g.reader()).await.unwrap(), b"ok");

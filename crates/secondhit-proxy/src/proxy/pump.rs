@@ -337,38 +337,16 @@ impl Proxy {
         let proxy = Arc::clone(self);
         let live = Arc::clone(live);
         tokio::spawn(async move {
-            let mut received = 0u64;
-            let failure = loop {
-                match tokio::time::timeout(live.timeouts.first_byte, body.frame()).await {
-                    Ok(None) if received == n => break None,
-                    Ok(None) => break Some("origin body came short"),
-                    Ok(Some(Ok(frame))) => {
-                        if let Ok(data) = frame.into_data() {
-                            received += data.len() as u64;
-                            if received > n {
-                                break Some("origin body longer than announced");
-                            }
-                            growing.push(data);
-                        }
-                    }
-                    Ok(Some(Err(e))) => {
-                        tracing::warn!(error = %e, "origin body broke off");
-                        break Some("origin body broke off");
-                    }
-                    Err(_) => {
-                        tracing::warn!("origin body stalled");
-                        break Some("origin body stalled");
-                    }
+            match proxy
+                .fill(&mut body, &growing, live.timeouts.first_byte)
+                .await
+            {
+                Ok(last) => {
+                    let whole = growing.assemble(last);
+                    proxy.store_object(job, whole.clone(), &live);
+                    growing.finish(whole);
                 }
-            };
-            proxy.metrics.origin_bytes(received);
-            match failure {
-                None => {
-                    let whole = growing.assemble();
-                    growing.finish(whole.clone());
-                    proxy.store_object(job, whole, &live);
-                }
-                Some(why) => {
+                Err(why) => {
                     proxy.metrics.origin_error(OriginError::Body);
                     growing.fail(why);
                     proxy.metrics.store_aborted();
@@ -377,6 +355,50 @@ impl Proxy {
             drop(permit);
         });
         client_body.boxed()
+    }
+
+    /// Reads `body` at the origin's pace into `growing` (which announced its length), within
+    /// `stall` a frame, and counts the origin bytes. Once it is whole, the chunk that made it
+    /// whole, held back for [`Growing::assemble`]; else why it is not (the caller fails `growing` and counts
+    /// the origin's error).
+    pub(super) async fn fill(
+        &self,
+        body: &mut OriginBody,
+        growing: &Growing,
+        stall: std::time::Duration,
+    ) -> Result<Bytes, &'static str> {
+        let n = growing.expected();
+        let mut received = 0u64;
+        let mut last = Bytes::new();
+        let result = loop {
+            match tokio::time::timeout(stall, body.frame()).await {
+                Ok(None) if received == n => break Ok(last),
+                Ok(None) => break Err("origin body came short"),
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        received += data.len() as u64;
+                        if received > n {
+                            break Err("origin body longer than announced");
+                        }
+                        if received == n {
+                            last = data;
+                        } else {
+                            growing.push(data);
+                        }
+                    }
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::warn!(error = %e, "origin body broke off");
+                    break Err("origin body broke off");
+                }
+                Err(_) => {
+                    tracing::warn!("origin body stalled");
+                    break Err("origin body stalled");
+                }
+            }
+        };
+        self.metrics.origin_bytes(received);
+        result
     }
 
     /// The object `job` will store, without its body (`n` bytes): what a follower streaming

@@ -27,17 +27,27 @@
 //! slice found without its head (the store evicted the head, or only the flash tier kept the
 //! slice) rebuilds the head.
 //!
-//! What a hostile peer meets: a slice is read whole before it is served, within the bytes it
-//! announced and the range asked (anything else is an origin failure) and within the budget of
-//! bodies buffered at once (`limits.store_buffer_bytes`); a slow client paces the fetches (one
-//! slice ahead at most); a request for many ranges gets the whole object (RFC 9110 §14.2), not
-//! one fetch per range.
+//! A slice fetched from the origin streams (`Proxy::stream_slice`): it is read at the
+//! origin's pace into a `Growing` buffer, which the request that fetches it and every request
+//! that follows the fetch read from the first byte, each at its own pace, as the bytes arrive;
+//! once whole it is stored (if admitted), before its end reaches the readers. A probe's slice
+//! streams too when the object turns out to be sliced; one slice or less, or an object that
+//! may not be sliced, is read whole (its bytes decide how it is answered).
+//!
+//! What a hostile peer meets: a slice's 206 must name the range asked with the length of that
+//! range before any of it is served (anything else is an origin failure); its bytes are read
+//! within that length and within the budget of bodies buffered at once
+//! (`limits.store_buffer_bytes`), and one that breaks off, stalls or comes short cuts every
+//! response reading it and is not stored; a slow client paces the fetches (one slice ahead at
+//! most); a request for many ranges gets the whole object (RFC 9110 §14.2), not one fetch per
+//! range.
 
 use super::cached::{slice_bounds, CachedObject, Entry, Sliced, Version};
 use super::check::Target;
 use super::classify::{classify, Intent, ResponseHead};
-use super::coalesce::{Fetched, Leader, Role};
+use super::coalesce::{Fetched, Joined, Leader, Role, Streaming};
 use super::fetch::{response_head, upstream_request, FetchError, OriginHead};
+use super::growing::{Growing, GrowingBody};
 use super::outcome::{CacheStatus, Fwd, Outcome};
 use super::pump::{StoreJob, Tiers};
 use super::{hit, Answer, Exchange, Kept, Live, Proxy, Sight, Storing};
@@ -61,6 +71,7 @@ use hyper::body::{Frame, Incoming};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// The key slice `index` of the object under `primary` is stored under: a variant-like key
 /// (`\n` after the primary key), so that a purge of the URL, here and on the flash tier,
@@ -194,10 +205,11 @@ struct Part {
     body: Bytes,
 }
 
-/// What the origin answered to a slice's `Range` request.
-enum Reply {
+/// What the origin answered to a slice's `Range` request: `P` the 206, read ([`Part`]) or not
+/// yet ([`PartHead`]).
+enum Reply<P = Part> {
     /// A 206 for the bytes asked.
-    Part(Part),
+    Part(P),
     /// Anything else (a 200 that ignores the range, an error status), its body untouched.
     Other(Response<OriginBody>),
 }
@@ -230,7 +242,26 @@ struct SliceCtx {
 }
 
 /// A slice in hand: its index, its bytes and where they came from.
-type Got = (u64, Bytes, SliceSource);
+type Got = (u64, SliceData, SliceSource);
+
+/// A slice's bytes: whole (stored, or read whole), or arriving from a fetch, read at the
+/// origin's pace into a buffer that this reader takes from as the bytes come (the fetch this
+/// request leads, or the one it follows).
+enum SliceData {
+    Whole(Bytes),
+    Arriving(GrowingBody),
+}
+
+/// A 206 for the bytes asked, its body not read yet; its length is reserved from the budget of
+/// bodies buffered at once (`permit`).
+struct PartHead {
+    headers: HeaderMap,
+    start: u64,
+    end: u64,
+    total: u64,
+    body: OriginBody,
+    permit: OwnedSemaphorePermit,
+}
 
 /// The fields of a sliced object's head, from a response for it: `Content-Length` the whole
 /// length, no `Content-Range` or `Age`.
@@ -266,9 +297,14 @@ impl Sliced {
     /// Whether `obj` is this object's slice `index`: its version, and exactly its bytes.
     fn holds(&self, obj: &CachedObject, index: u64) -> bool {
         let (start, end) = self.bounds(index);
-        self.version.owns(obj)
-            && obj.body.len() as u64 == end - start + 1
-            && slice_range(obj) == Some((start, end, self.total()))
+        self.heads(obj, index) && obj.body.len() as u64 == end - start + 1
+    }
+
+    /// Whether `obj` (a slice's head, its body perhaps still arriving) is this object's slice
+    /// `index`: its version and its `Content-Range`.
+    fn heads(&self, obj: &CachedObject, index: u64) -> bool {
+        let (start, end) = self.bounds(index);
+        self.version.owns(obj) && slice_range(obj) == Some((start, end, self.total()))
     }
 }
 
@@ -353,18 +389,63 @@ impl Span {
         self.start / self.slice_size
     }
 
+    /// The bytes of slice `i` that the answer sends, as offsets in the slice: first and last.
+    fn within(&self, i: u64) -> (u64, u64) {
+        let (s, e) = slice_bounds(i, self.slice_size, self.total);
+        (self.start.max(s) - s, self.end.min(e) - s)
+    }
+
     /// The part of slice `i` (its bytes `b`) that the answer sends.
     fn piece(&self, i: u64, b: Bytes) -> Bytes {
-        let (s, e) = slice_bounds(i, self.slice_size, self.total);
-        let from = self.start.max(s) - s;
-        let to = self.end.min(e) - s;
+        let (from, to) = self.within(i);
         let n = b.len() as u64;
         if from > to || to >= n {
             return Bytes::new();
         }
         b.slice(from as usize..=to as usize)
     }
+
+    /// Sends the part of slice `i` (`data`) that the answer sends: at once when it is whole,
+    /// else as its bytes arrive. `Err(None)`: the client is gone; `Err(Some(why))`: the slice
+    /// did not arrive whole, and the response must be cut.
+    async fn send(&self, tx: &Sender, i: u64, data: SliceData) -> Result<(), Option<&'static str>> {
+        let mut reader = match data {
+            SliceData::Whole(b) => {
+                return tx
+                    .send(Frame::data(self.piece(i, b)))
+                    .await
+                    .map_err(|_| None);
+            }
+            SliceData::Arriving(reader) => reader,
+        };
+        let (from, to) = self.within(i);
+        let mut at = 0u64;
+        while at <= to {
+            let data = match reader.frame().await {
+                None => break,
+                Some(Err(_)) => return Err(Some(FETCH_FAILED)),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue,
+                },
+            };
+            let (s, e) = (at, at + data.len() as u64);
+            at = e;
+            let (lo, hi) = (from.max(s), (to + 1).min(e));
+            if lo < hi {
+                let piece = data.slice((lo - s) as usize..(hi - s) as usize);
+                tx.send(Frame::data(piece)).await.map_err(|_| None)?;
+            }
+        }
+        if at <= to {
+            return Err(Some(FETCH_FAILED));
+        }
+        Ok(())
+    }
 }
+
+/// Why a response is cut when a slice's fetch fails once bytes went out.
+const FETCH_FAILED: &str = "the origin failed while a slice was fetched";
 
 /// An answer of a sliced object that sends no slice (304, 412, 416, HEAD).
 fn sliced_plain(response: Response<ProxyBody>, status: CacheStatus) -> Answer {
@@ -376,13 +457,17 @@ fn sliced_plain(response: Response<ProxyBody>, status: CacheStatus) -> Answer {
     }
 }
 
-/// Ends a sliced body that cannot go on: the client sees it cut, never another version's bytes.
-async fn cut(tx: &Sender, e: SliceError) {
-    let why = match e {
-        SliceError::Fetch(_) => "the origin failed while a slice was fetched",
+/// Why a slice that could not be had cuts a response already under way.
+fn cut_reason(e: &SliceError) -> &'static str {
+    match e {
+        SliceError::Fetch(_) => FETCH_FAILED,
         SliceError::Busy => "the cache is reading too many slices at once",
         SliceError::Changed(_) => "the object changed while it was sent",
-    };
+    }
+}
+
+/// Ends a sliced body that cannot go on: the client sees it cut, never another version's bytes.
+async fn cut(tx: &Sender, why: &'static str) {
     tracing::warn!(why, "sliced response cut");
     tx.fail(why.into()).await;
 }

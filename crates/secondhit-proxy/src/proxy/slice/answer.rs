@@ -81,8 +81,8 @@ impl Proxy {
             .load()
             .insert(ctx.primary.clone(), Entry::Sliced(Arc::clone(&head)));
         ctx.head = head;
-        self.answer_sliced(parts, ctx, Some((index, part.body, SliceSource::Origin)))
-            .await
+        let first = (index, SliceData::Whole(part.body), SliceSource::Origin);
+        self.answer_sliced(parts, ctx, Some(first)).await
     }
 
     /// A slice that could not be had before anything was sent: 502 / 504 for the origin's
@@ -105,9 +105,10 @@ impl Proxy {
         }
     }
 
-    /// The answer from a head: preconditions and the range against it, the first slice
-    /// settled before the head goes out (from `first` if it is that slice), the rest streamed
-    /// by a task. A first slice of another version starts the answer again from that version.
+    /// The answer from a head: preconditions and the range against it, the first slice's
+    /// version settled before the head goes out (from `first` if it is that slice), its bytes
+    /// and the rest streamed by a task. A first slice of another version starts the answer
+    /// again from that version.
     pub(super) async fn answer_sliced(
         self: &Arc<Self>,
         parts: Parts,
@@ -138,7 +139,7 @@ impl Proxy {
                                 .load()
                                 .insert(ctx.primary.clone(), Entry::Sliced(Arc::clone(&head)));
                             ctx.head = head;
-                            first = Some((index, p.body, SliceSource::Origin));
+                            first = Some((index, SliceData::Whole(p.body), SliceSource::Origin));
                         }
                         _ => return self.slice_failed(SliceError::Changed(None)),
                     }
@@ -231,13 +232,14 @@ impl Proxy {
         })
     }
 
-    /// The response of `plan` once its first slice is in hand: the head now, the rest of the
-    /// slices by a task at the client's pace (one slice ahead at most).
+    /// The response of `plan` once its first slice is in hand (`first`, perhaps still
+    /// arriving): the head now, the slices' bytes by a task as they arrive, at the client's pace
+    /// (one slice ahead at most).
     pub(super) fn send_sliced(
         self: &Arc<Self>,
         plan: SlicePlan,
         ctx: SliceCtx,
-        bytes: Bytes,
+        first: SliceData,
         source: SliceSource,
     ) -> Answer {
         let SlicePlan {
@@ -278,41 +280,41 @@ impl Proxy {
         } else {
             (Outcome::Miss, CacheStatus::forwarded(Fwd::Partial, None))
         };
-        let first_piece = span.piece(i0, bytes);
-        let body = if i0 == i1 {
-            full(first_piece)
-        } else {
-            let len = Some(span.end - span.start + 1);
-            let (tx, rx) = match &ctx.budget {
-                Some(b) => channel_within(2, len, b),
-                None => channel(2, len, Some(ctx.live.limits.stream_buffer)),
-            };
-            let proxy = Arc::clone(self);
-            tokio::spawn(async move {
-                if tx.send(Frame::data(first_piece)).await.is_err() {
-                    return;
-                }
-                for i in i0 + 1..=i1 {
-                    if tx.is_closed() {
-                        return;
-                    }
-                    match proxy.slice_bytes(&ctx, i).await {
-                        Ok((b, _)) => {
-                            if tx.send(Frame::data(span.piece(i, b))).await.is_err() {
-                                return;
-                            }
+        let body = match first {
+            SliceData::Whole(bytes) if i0 == i1 => full(span.piece(i0, bytes)),
+            first => {
+                let len = Some(span.end - span.start + 1);
+                let (tx, rx) = match &ctx.budget {
+                    Some(b) => channel_within(2, len, b),
+                    None => channel(2, len, Some(ctx.live.limits.stream_buffer)),
+                };
+                let proxy = Arc::clone(self);
+                tokio::spawn(async move {
+                    let (mut i, mut data) = (i0, first);
+                    loop {
+                        match span.send(&tx, i, data).await {
+                            Ok(()) => {}
+                            Err(None) => return,
+                            Err(Some(why)) => return cut(&tx, why).await,
                         }
-                        Err(e) => {
-                            if let SliceError::Fetch(f) = e {
-                                proxy.count_fetch_failure(f);
-                            }
-                            cut(&tx, e).await;
+                        i += 1;
+                        if i > i1 || tx.is_closed() {
                             return;
                         }
+                        data = match proxy.slice_bytes(&ctx, i).await {
+                            Ok((d, _)) => d,
+                            Err(e) => {
+                                let why = cut_reason(&e);
+                                if let SliceError::Fetch(f) = e {
+                                    proxy.count_fetch_failure(f);
+                                }
+                                return cut(&tx, why).await;
+                            }
+                        };
                     }
-                }
-            });
-            rx.boxed()
+                });
+                rx.boxed()
+            }
         };
         let mut response = Response::new(body);
         *response.status_mut() = code;

@@ -59,10 +59,22 @@ impl Proxy {
         index: u64,
         slice_size: u64,
     ) -> Option<Sliced> {
+        self.head_of(obj, obj.body.len() as u64, index, slice_size)
+    }
+
+    /// [`Proxy::head_of_slice`] for a slice of `len` bytes (`obj` its head, its body perhaps
+    /// still arriving).
+    pub(super) fn head_of(
+        &self,
+        obj: &CachedObject,
+        len: u64,
+        index: u64,
+        slice_size: u64,
+    ) -> Option<Sliced> {
         let (start, end, total) = slice_range(obj)?;
         let (s, e) = slice_bounds(index, slice_size, total);
         let now = self.clock.now();
-        if (start, end) != (s, e) || obj.body.len() as u64 != e - s + 1 || !obj.is_fresh(now) {
+        if (start, end) != (s, e) || len != e - s + 1 || !obj.is_fresh(now) {
             return None;
         }
         let headers = whole_head(&obj.headers.to_map(), total);
@@ -100,9 +112,26 @@ impl Proxy {
         base: &HeaderMap,
         target: &Target,
         client: IpAddr,
-        (start, end): (u64, u64),
+        bounds: (u64, u64),
         live: &Live,
     ) -> Result<Reply, SliceError> {
+        match self.range_head(base, target, client, bounds, live).await? {
+            Reply::Part(p) => Ok(Reply::Part(self.read_part(p, target, live).await?)),
+            Reply::Other(r) => Ok(Reply::Other(r)),
+        }
+    }
+
+    /// [`Proxy::fetch_range`] up to the 206's head: checked (the bytes asked, or `start` to the
+    /// end of a shorter object, of the length its range says) and its length reserved from the
+    /// budget of bodies buffered at once; the body not read.
+    pub(super) async fn range_head(
+        &self,
+        base: &HeaderMap,
+        target: &Target,
+        client: IpAddr,
+        (start, end): (u64, u64),
+        live: &Live,
+    ) -> Result<Reply<PartHead>, SliceError> {
         let mut headers = base.clone();
         let range = HeaderValue::from_str(&format!("bytes={start}-{end}"))
             .map_err(|_| SliceError::Fetch(FetchError::Origin(OriginError::Other)))?;
@@ -148,11 +177,7 @@ impl Proxy {
         if response.status() != StatusCode::PARTIAL_CONTENT {
             return Ok(Reply::Other(response));
         }
-        let broken = |why: &str| {
-            tracing::warn!(url = %target.key, why, "a broken slice from the origin");
-            SliceError::Fetch(FetchError::Origin(OriginError::Body))
-        };
-        let (mut parts, mut body) = response.into_parts();
+        let (mut parts, body) = response.into_parts();
         let expected = response_head(parts.status, &mut parts.headers, false);
         let range = parts
             .headers
@@ -162,11 +187,11 @@ impl Proxy {
         let Some((first, last, total)) =
             range.filter(|&(f, l, t)| f == start && (l == end || (l < end && l + 1 == t)))
         else {
-            return Err(broken("a 206 for another range than asked"));
+            return Err(broken(target, "a 206 for another range than asked"));
         };
         let len = last - first + 1;
         if expected != Some(len) {
-            return Err(broken("a 206 whose length is not its range's"));
+            return Err(broken(target, "a 206 whose length is not its range's"));
         }
         let want = u32::try_from(len).unwrap_or(u32::MAX);
         let permit = tokio::time::timeout(
@@ -174,37 +199,66 @@ impl Proxy {
             Arc::clone(&live.store_budget).acquire_many_owned(want),
         )
         .await;
-        let Ok(Ok(_permit)) = permit else {
+        let Ok(Ok(permit)) = permit else {
             self.metrics.store_over_budget();
             return Err(SliceError::Busy);
         };
-        let mut bytes = BytesMut::with_capacity(usize::try_from(len).unwrap_or(0));
-        loop {
-            match tokio::time::timeout(live.timeouts.first_byte, body.frame()).await {
-                Ok(None) => break,
-                Ok(Some(Ok(frame))) => {
-                    if let Some(data) = frame.data_ref() {
-                        if bytes.len() as u64 + data.len() as u64 > len {
-                            return Err(broken("a 206 longer than its range"));
-                        }
-                        bytes.extend_from_slice(data);
-                    }
-                }
-                Ok(Some(Err(_))) => return Err(broken("the body broke off")),
-                Err(_) => return Err(broken("the body stalled")),
-            }
-        }
-        self.metrics.origin_bytes(bytes.len() as u64);
-        if bytes.len() as u64 != len {
-            return Err(broken("a 206 shorter than its range"));
-        }
-        Ok(Reply::Part(Part {
+        Ok(Reply::Part(PartHead {
             headers: parts.headers,
             start: first,
             end: last,
             total,
-            body: bytes.freeze(),
+            body,
+            permit,
         }))
+    }
+
+    /// The body of a 206 [`Proxy::range_head`] checked, read whole within `first_byte` a frame:
+    /// exactly the bytes its range says, or the origin is broken.
+    pub(super) async fn read_part(
+        &self,
+        part: PartHead,
+        target: &Target,
+        live: &Live,
+    ) -> Result<Part, SliceError> {
+        let PartHead {
+            headers,
+            start,
+            end,
+            total,
+            mut body,
+            permit: _permit,
+        } = part;
+        let len = end - start + 1;
+        let mut bytes = BytesMut::with_capacity(usize::try_from(len).unwrap_or(0));
+        let failure = loop {
+            match tokio::time::timeout(live.timeouts.first_byte, body.frame()).await {
+                Ok(None) => break None,
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        if bytes.len() as u64 + data.len() as u64 > len {
+                            break Some("a 206 longer than its range");
+                        }
+                        bytes.extend_from_slice(data);
+                    }
+                }
+                Ok(Some(Err(_))) => break Some("the body broke off"),
+                Err(_) => break Some("the body stalled"),
+            }
+        };
+        self.metrics.origin_bytes(bytes.len() as u64);
+        let failure =
+            failure.or((bytes.len() as u64 != len).then_some("a 206 shorter than its range"));
+        if let Some(why) = failure {
+            return Err(broken(target, why));
+        }
+        Ok(Part {
+            headers,
+            start,
+            end,
+            total,
+            body: bytes.freeze(),
+        })
     }
 
     /// Stores slice `index` of `head` where its admission said (`tiers`); hands it to the
@@ -218,23 +272,8 @@ impl Proxy {
         (tiers, leader): (Tiers, Leader),
         live: &Live,
     ) {
-        let (start, end) = head.bounds(index);
-        let mut headers = head.head.headers.to_map();
-        headers.insert(
-            header::CONTENT_RANGE,
-            HeaderValue::try_from(format!("bytes {start}-{end}/{}", head.total()))
-                .unwrap_or_else(|_| HeaderValue::from_static("bytes */0")),
-        );
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         let now = self.clock.now();
-        let object = Arc::new(CachedObject::new(
-            StatusCode::PARTIAL_CONTENT,
-            headers,
-            body,
-            now,
-            &fresh_for(head.head.fresh_until.saturating_sub(now), &head.head),
-            live.stale_keep,
-        ));
+        let object = Arc::new(slice_object(head, index, body, now, live));
         let key = slice_key(primary, index);
         let len = object.body.len() as u64;
         match (tiers, self.disk()) {
@@ -335,19 +374,20 @@ impl Proxy {
     }
 
     /// Slice `index` of the object `ctx` answers for: from memory, flash, another request's
-    /// fetch or the origin (stored there if admitted).
+    /// fetch (as its bytes arrive) or the origin (streamed as they arrive, and stored once whole
+    /// if admitted).
     pub(super) async fn slice_bytes(
-        &self,
+        self: &Arc<Self>,
         ctx: &SliceCtx,
         index: u64,
-    ) -> Result<(Bytes, SliceSource), SliceError> {
+    ) -> Result<(SliceData, SliceSource), SliceError> {
         let head = &ctx.head;
         let id = slice_id(ctx.id, index);
         let found = self
             .stored_slice(&ctx.primary, index, id, head.slice_size, Some(head))
             .await;
         if let Some((o, source)) = found {
-            return Ok((o.body.clone(), source));
+            return Ok((SliceData::Whole(o.body.clone()), source));
         }
         let (start, end) = head.bounds(index);
         let len = end - start + 1;
@@ -356,13 +396,24 @@ impl Proxy {
         let leader = match tiers.map(|_| self.inflight.join(&key)) {
             Some(Role::Leader(l)) => Some(l),
             Some(Role::Follower(f)) => {
-                let got = f
-                    .wait(ctx.live.timeouts.coalesce_wait, &HeaderMap::new())
-                    .await;
-                if let Some(got) = got.filter(|g| head.holds(&g.object, index)) {
+                let data = match f
+                    .join(ctx.live.timeouts.coalesce_wait, &HeaderMap::new())
+                    .await
+                {
+                    Some(Joined::Stored(got)) if head.holds(&got.object, index) => {
+                        Some(SliceData::Whole(got.object.body.clone()))
+                    }
+                    Some(Joined::Streaming(s))
+                        if head.heads(&s.head, index) && s.body.expected() == len =>
+                    {
+                        Some(SliceData::Arriving(s.body.reader()))
+                    }
+                    _ => None,
+                };
+                if let Some(data) = data {
                     self.metrics.coalesced();
                     self.slice_seen(id, len, SliceSource::Collapsed);
-                    return Ok((got.object.body.clone(), SliceSource::Collapsed));
+                    return Ok((data, SliceSource::Collapsed));
                 }
                 None
             }
@@ -370,7 +421,7 @@ impl Proxy {
         };
         self.slice_seen(id, len, SliceSource::Origin);
         let reply = self
-            .fetch_range(&ctx.base, &ctx.target, ctx.client, (start, end), &ctx.live)
+            .range_head(&ctx.base, &ctx.target, ctx.client, (start, end), &ctx.live)
             .await?;
         let part = match reply {
             Reply::Part(p)
@@ -384,6 +435,7 @@ impl Proxy {
                 tracing::info!(key = %ctx.primary, "a slice of another version: the stored object is dropped");
                 self.metrics.slice_version_changed();
                 self.remove_sliced(&ctx.primary, head);
+                let p = self.read_part(p, &ctx.target, &ctx.live).await?;
                 return Err(SliceError::Changed(Some(p)));
             }
             Reply::Other(r) => {
@@ -396,16 +448,102 @@ impl Proxy {
         let storable = self
             .sliceable(&part.headers, part.total, ctx.credentials, &ctx.live)
             .is_some();
-        if let (Some(l), Some(tiers), true) = (leader, tiers, storable) {
-            self.store_slice(
-                &ctx.primary,
-                head,
-                index,
-                part.body.clone(),
-                (tiers, l),
-                &ctx.live,
-            );
-        }
-        Ok((part.body, SliceSource::Origin))
+        let store = match (leader, tiers, storable) {
+            (Some(l), Some(tiers), true) => Some((tiers, l)),
+            _ => None,
+        };
+        let reader = self.stream_slice(ctx, index, part, store);
+        Ok((SliceData::Arriving(reader), SliceSource::Origin))
     }
+
+    /// Reads slice `index` of `ctx`'s object (`part`, of the head's version) at the origin's
+    /// pace into a [`Growing`] buffer, by a task: the request's reader of it is returned, the
+    /// followers of the fetch (`store`'s leader) stream from it as it arrives, and once whole
+    /// it is stored where `store` says. A body that breaks off, stalls or has the wrong length
+    /// cuts every reader and is not stored.
+    pub(super) fn stream_slice(
+        self: &Arc<Self>,
+        ctx: &SliceCtx,
+        index: u64,
+        part: PartHead,
+        store: Option<(Tiers, Leader)>,
+    ) -> GrowingBody {
+        let growing = Growing::new(part.end - part.start + 1);
+        if let Some((_, leader)) = &store {
+            let key = slice_key(&ctx.primary, index);
+            let head = slice_object(&ctx.head, index, Bytes::new(), self.clock.now(), &ctx.live);
+            leader.streaming(Arc::new(Streaming {
+                head: Arc::new(head),
+                primary: key.clone(),
+                key,
+                body: Arc::clone(&growing),
+            }));
+        }
+        let reader = growing.reader();
+        let filler = growing.filler();
+        let proxy = Arc::clone(self);
+        let (primary, head, live) = (
+            ctx.primary.clone(),
+            Arc::clone(&ctx.head),
+            Arc::clone(&ctx.live),
+        );
+        tokio::spawn(async move {
+            let PartHead {
+                mut body, permit, ..
+            } = part;
+            match proxy
+                .fill(&mut body, &filler, live.timeouts.first_byte)
+                .await
+            {
+                Ok(last) => {
+                    let whole = filler.assemble(last);
+                    if let Some(store) = store {
+                        proxy.store_slice(&primary, &head, index, whole.clone(), store, &live);
+                    }
+                    filler.finish(whole);
+                }
+                Err(why) => {
+                    tracing::warn!(key = %primary, index, why, "a slice broke off");
+                    proxy.metrics.origin_error(OriginError::Body);
+                    filler.fail(why);
+                }
+            }
+            drop(permit);
+        });
+        reader
+    }
+}
+
+/// An origin that broke the rules of a slice's answer (logged): an origin failure.
+fn broken(target: &Target, why: &str) -> SliceError {
+    tracing::warn!(url = %target.key, why, "a broken slice from the origin");
+    SliceError::Fetch(FetchError::Origin(OriginError::Body))
+}
+
+/// Slice `index` of `head` as it is stored at `now`: the head's fields with the slice's own
+/// `Content-Range` and `Content-Length`, the head's freshness; `body` its bytes (empty for the
+/// head of a slice still arriving).
+fn slice_object(
+    head: &Sliced,
+    index: u64,
+    body: Bytes,
+    now: Duration,
+    live: &Live,
+) -> CachedObject {
+    let (start, end) = head.bounds(index);
+    let mut headers = head.head.headers.to_map();
+    headers.insert(
+        header::CONTENT_RANGE,
+        HeaderValue::try_from(format!("bytes {start}-{end}/{}", head.total()))
+            .unwrap_or_else(|_| HeaderValue::from_static("bytes */0")),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start + 1));
+    CachedObject::new(
+        StatusCode::PARTIAL_CONTENT,
+        headers,
+        body,
+        now,
+        &fresh_for(head.head.fresh_until.saturating_sub(now), &head.head),
+        live.stale_keep,
+    )
 }

@@ -28,7 +28,11 @@ impl Proxy {
                     .insert(target.key.clone(), Entry::Sliced(Arc::clone(&head)));
                 let ctx = self.slice_ctx(&parts, target, client, live, head);
                 return self
-                    .answer_sliced(parts, ctx, Some((index, o.body.clone(), source)))
+                    .answer_sliced(
+                        parts,
+                        ctx,
+                        Some((index, SliceData::Whole(o.body.clone()), source)),
+                    )
                     .await;
             }
         }
@@ -37,7 +41,7 @@ impl Proxy {
         let leader = match tiers.map(|_| self.inflight.join(&key)) {
             Some(Role::Leader(l)) => Some(l),
             Some(Role::Follower(f)) => {
-                let got = f.wait(live.timeouts.coalesce_wait, &parts.headers).await;
+                let got = f.join(live.timeouts.coalesce_wait, &parts.headers).await;
                 match self.follow_probe(got, &parts, target, index, size) {
                     Some(Followed::Whole(answer)) => return answer,
                     Some(Followed::Slice(head, got)) => {
@@ -54,7 +58,7 @@ impl Proxy {
             index * size,
             index.saturating_mul(size).saturating_add(size - 1),
         );
-        let reply = match self.fetch_range(&base, target, client, bounds, live).await {
+        let reply = match self.range_head(&base, target, client, bounds, live).await {
             Ok(r) => r,
             Err(e) => return self.slice_failed(e),
         };
@@ -80,18 +84,25 @@ impl Proxy {
                 return self.respond(response, target, exchange, live).await;
             }
         };
-        if part.total <= size {
-            let whole = Whole {
-                base,
-                credentials,
-                tiers,
-                leader,
+        let sliced = match part.total > size {
+            true => self.sliceable(&part.headers, part.total, credentials, live),
+            false => None,
+        };
+        let Some((freshness, version)) = sliced else {
+            // One slice or less, or not to be sliced: its bytes are needed whole.
+            let part = match self.read_part(part, target, live).await {
+                Ok(p) => p,
+                Err(e) => return self.slice_failed(e),
             };
-            return self.whole_from_probe(&parts, target, part, whole, live);
-        }
-        let Some((freshness, version)) =
-            self.sliceable(&part.headers, part.total, credentials, live)
-        else {
+            if part.total <= size {
+                let whole = Whole {
+                    base,
+                    credentials,
+                    tiers,
+                    leader,
+                };
+                return self.whole_from_probe(&parts, target, part, whole, live);
+            }
             drop(leader);
             return self
                 .unsliceable(parts, body, target, client, part, tiers, live)
@@ -101,49 +112,53 @@ impl Proxy {
         self.store
             .load()
             .insert(target.key.clone(), Entry::Sliced(Arc::clone(&head)));
-        self.slice_seen(id, part.body.len() as u64, SliceSource::Origin);
-        if let (Some(l), Some(tiers)) = (leader, tiers) {
-            self.store_slice(
-                &target.key,
-                &head,
-                index,
-                part.body.clone(),
-                (tiers, l),
-                live,
-            );
-        }
+        self.slice_seen(id, part.end - part.start + 1, SliceSource::Origin);
         let ctx = self.slice_ctx(&parts, target, client, live, head);
-        self.answer_sliced(parts, ctx, Some((index, part.body, SliceSource::Origin)))
-            .await
+        let store = match (leader, tiers) {
+            (Some(l), Some(tiers)) => Some((tiers, l)),
+            _ => None,
+        };
+        let reader = self.stream_slice(&ctx, index, part, store);
+        let first = (index, SliceData::Arriving(reader), SliceSource::Origin);
+        self.answer_sliced(parts, ctx, Some(first)).await
     }
 
     /// What a probe's follower takes from the leader's fetch: a whole object, answered, or the
-    /// slice with the head it rebuilds; `None`: fetch for ourselves.
+    /// slice (stored, or its bytes as they arrive) with the head it rebuilds; `None`: fetch for
+    /// ourselves.
     pub(super) fn follow_probe(
         &self,
-        got: Option<Arc<Fetched>>,
+        got: Option<Joined>,
         parts: &Parts,
         target: &Target,
         index: u64,
         slice_size: u64,
     ) -> Option<Followed> {
-        let got = got?;
-        if got.object.status != StatusCode::PARTIAL_CONTENT {
-            self.metrics.coalesced();
-            return Some(Followed::Whole(self.hit(
-                &got.object,
-                parts,
-                Some("collapsed"),
-            )));
-        }
-        let head = self.head_of_slice(&got.object, index, slice_size)?;
+        let (head, data) = match got? {
+            Joined::Stored(got) if got.object.status != StatusCode::PARTIAL_CONTENT => {
+                self.metrics.coalesced();
+                return Some(Followed::Whole(self.hit(
+                    &got.object,
+                    parts,
+                    Some("collapsed"),
+                )));
+            }
+            Joined::Stored(got) => (
+                self.head_of_slice(&got.object, index, slice_size)?,
+                SliceData::Whole(got.object.body.clone()),
+            ),
+            Joined::Streaming(s) => (
+                self.head_of(&s.head, s.body.expected(), index, slice_size)?,
+                SliceData::Arriving(s.body.reader()),
+            ),
+        };
         self.metrics.coalesced();
         let id = slice_id(target.id, index);
-        self.slice_seen(id, got.object.body.len() as u64, SliceSource::Collapsed);
-        let bytes = got.object.body.clone();
+        let (start, end) = head.bounds(index);
+        self.slice_seen(id, end - start + 1, SliceSource::Collapsed);
         Some(Followed::Slice(
             Arc::new(head),
-            (index, bytes, SliceSource::Collapsed),
+            (index, data, SliceSource::Collapsed),
         ))
     }
 
