@@ -28,7 +28,7 @@ use bytes::Bytes;
 use foyer::{
     BlockEngineConfig, Code, DeviceBuilder, EvictionInfo, EvictionPicker, FifoPicker,
     FsDeviceBuilder, HybridCache, HybridCacheBuilder, HybridCachePolicy, InvalidRatioPicker,
-    PsyncIoEngineConfig, RecoverMode,
+    Load, PsyncIoEngineConfig, RecoverMode,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use std::io::{Read, Write};
@@ -311,14 +311,26 @@ impl DiskTier {
     }
 
     /// The object stored under `key`, if the disk has it whole.
+    ///
+    /// Read from foyer's storage directly, in the caller's task: the hybrid cache's `get`
+    /// hands each read to a task on the tier's runtime (which then hands the `pread` to a
+    /// blocking thread) and inserts what it read into its own memory cache, which this tier
+    /// keeps empty. The profile of 16 KiB flash hits put 51 % of the proxy's CPU on the
+    /// tier's runtime threads, a third of it switching between threads.
     pub async fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
         let started = Instant::now();
-        let got = self.cache.get(key).await;
+        let got = self.cache.storage().load(key).await;
         self.read_latency.observe(started.elapsed());
-        match got {
-            Ok(Some(entry)) => {
+        let found = match got {
+            Ok(Load::Entry { value, .. }) => Ok(Some(value.0)),
+            Ok(Load::Piece { piece, .. }) => Ok(Some(Arc::clone(&piece.value().0))),
+            Ok(Load::Throttled | Load::Miss) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(Some(object)) => {
                 self.counters.hits.fetch_add(1, Relaxed);
-                Some(Arc::clone(&entry.value().0))
+                Some(object)
             }
             Ok(None) => {
                 self.counters.misses.fetch_add(1, Relaxed);
