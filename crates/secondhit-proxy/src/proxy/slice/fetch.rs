@@ -122,8 +122,8 @@ impl Proxy {
     }
 
     /// [`Proxy::fetch_range`] up to the 206's head: checked (the bytes asked, or `start` to the
-    /// end of a shorter object, of the length its range says) and its length reserved from the
-    /// budget of bodies buffered at once; the body not read.
+    /// end of a shorter object, of the length its range says) and twice its length reserved
+    /// from the budget of bodies buffered at once; the body not read.
     pub(super) async fn range_head(
         &self,
         base: &HeaderMap,
@@ -193,7 +193,10 @@ impl Proxy {
         if expected != Some(len) {
             return Err(broken(target, "a 206 whose length is not its range's"));
         }
-        let want = u32::try_from(len).unwrap_or(u32::MAX);
+        // Twice the length, as a whole body being stored: the chunks its readers share as they
+        // arrive, and the one buffer stored (within the largest object, which the budget holds).
+        let want = len.saturating_mul(2).min(live.limits.max_object.max(len));
+        let want = u32::try_from(want).unwrap_or(u32::MAX);
         let permit = tokio::time::timeout(
             live.timeouts.first_byte,
             Arc::clone(&live.store_budget).acquire_many_owned(want),
