@@ -185,6 +185,26 @@ pub struct DiskTier {
 /// reading is dropped (its client left), the next waiter reads.
 type Read1 = tokio::sync::OnceCell<Option<Arc<CachedObject>>>;
 
+/// Removes a read from [`DiskTier::reads`] when a lookup of it ends (unless another read of
+/// the key has taken its place).
+struct Leave<'a> {
+    reads: &'a Mutex<HashMap<String, Arc<Read1>>>,
+    key: &'a str,
+    read: &'a Arc<Read1>,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        if reads
+            .get(self.key)
+            .is_some_and(|r| Arc::ptr_eq(r, self.read))
+        {
+            reads.remove(self.key);
+        }
+    }
+}
+
 impl std::fmt::Debug for DiskTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskTier")
@@ -333,13 +353,14 @@ impl DiskTier {
                 .entry(key.to_owned())
                 .or_default(),
         );
+        // Taken out of the map when this lookup ends, read or abandoned (so that lookups
+        // abandoned mid-read leave nothing behind, whatever keys they asked for).
+        let _leave = Leave {
+            reads: &self.reads,
+            key,
+            read: &read,
+        };
         let got = read.get_or_init(|| self.load(key)).await.clone();
-        {
-            let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-            if reads.get(key).is_some_and(|r| Arc::ptr_eq(r, &read)) {
-                reads.remove(key);
-            }
-        }
         self.read_latency.observe(started.elapsed());
         let counter = match got {
             Some(_) => &self.counters.hits,
@@ -798,13 +819,21 @@ mod tests {
         tier.close().await;
         drop(tier);
         let tier = Arc::new(DiskTier::open(&d, &settings(None)).await.unwrap());
-        // A lookup abandoned while its read is in flight leaves nothing behind.
-        let abandoned = tokio::spawn({
-            let tier = Arc::clone(&tier);
-            async move { tier.get("hot").await }
-        });
-        abandoned.abort();
-        let _ = abandoned.await;
+        // Lookups abandoned while their reads are in flight (of keys never asked again) leave
+        // nothing behind.
+        for i in 0..20 {
+            let abandoned = tokio::spawn({
+                let tier = Arc::clone(&tier);
+                async move { tier.get(if i == 0 { "hot" } else { "cold" }).await }
+            });
+            tokio::task::yield_now().await;
+            abandoned.abort();
+            let _ = abandoned.await;
+        }
+        assert!(
+            tier.reads.lock().unwrap().is_empty(),
+            "abandoned reads left behind"
+        );
         let before = tier.figures();
         let lookups: Vec<_> = (0..32)
             .map(|_| {
