@@ -177,20 +177,20 @@ pub struct DiskTier {
     url_purges: Mutex<purges::UrlPurges>,
     read_latency: LatencyHistogram,
     /// Reads in flight, by key: concurrent lookups of one key share one read.
-    reads: Mutex<HashMap<String, Arc<Read1>>>,
+    reads: Mutex<HashMap<String, Arc<SharedRead>>>,
     dir: PathBuf,
 }
 
 /// One read of a key, shared by the lookups that asked while it was in flight. If the task
 /// reading is dropped (its client left), the next waiter reads.
-type Read1 = tokio::sync::OnceCell<Option<Arc<CachedObject>>>;
+type SharedRead = tokio::sync::OnceCell<Option<Arc<CachedObject>>>;
 
 /// Removes a read from [`DiskTier::reads`] when a lookup of it ends (unless another read of
 /// the key has taken its place).
 struct Leave<'a> {
-    reads: &'a Mutex<HashMap<String, Arc<Read1>>>,
+    reads: &'a Mutex<HashMap<String, Arc<SharedRead>>>,
     key: &'a str,
-    read: &'a Arc<Read1>,
+    read: &'a Arc<SharedRead>,
 }
 
 impl Drop for Leave<'_> {
