@@ -148,19 +148,9 @@ async fn object_cost_serve_is_what_serve_charges() {
     let mut config = support::lab_config(origin.addr, 4 << 30, Policy::AdmitAll);
     config.cache.lab_mode = false;
     config.cache.max_object_size = Some(64 << 20);
-    let proxy = secondhit::server::start(
-        config.validate().unwrap(),
-        std::sync::Arc::new(secondhit::clock::SystemClock::new()),
-    )
-    .await
-    .unwrap();
-    let mut ro = ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
-    ro.concurrency = 1;
-    ro.limit = Some(requests);
     let source = trace::Source::file(bundled("request.trace.xz"), None);
-    let live = replay::run(source.open().unwrap(), &ro, &Quiet)
-        .await
-        .unwrap();
+    let (proxy, live) =
+        support::replay_one_at_a_time(config, source.open().unwrap(), Some(requests), None).await;
     assert_eq!((live.requests, live.errors), (requests, 0));
     let text = proxy.proxy.render_metrics();
     let gauge = |name: &str| -> u64 {
@@ -205,7 +195,6 @@ async fn object_cost_serve_is_what_serve_charges() {
 /// and the writes are the simulator's admissions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_sliced_replay_equals_the_simulation() {
-    use secondhit::config::Config;
     use secondhit::trace::synth::{Ranges, Spec};
     let path =
         std::env::temp_dir().join(format!("secondhit-media-{}.ranges.csv", std::process::id()));
@@ -240,19 +229,9 @@ async fn live_sliced_replay_equals_the_simulation() {
     for policy in [Policy::AdmitAll, Policy::SecondHit] {
         let mut config = support::lab_config(origin.addr, capacity, policy);
         config.cache.slice_size = slice;
-        let config = Config::validate(config).unwrap();
-        let proxy = secondhit::server::start(
-            config,
-            std::sync::Arc::new(secondhit::clock::SystemClock::new()),
-        )
-        .await
-        .unwrap();
-        let mut ro = replay::ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
-        ro.concurrency = 1;
-        ro.origin_stats = format!("http://{}/_stats", origin.addr).parse().ok();
-        let live = replay::run(trace::open(&path, None).unwrap(), &ro, &Quiet)
-            .await
-            .unwrap();
+        let requests = trace::open(&path, None).unwrap();
+        let (proxy, live) =
+            support::replay_one_at_a_time(config, requests, None, Some(origin.addr)).await;
         let writes = proxy.proxy.metrics().stores();
         proxy.shutdown().await;
         assert_eq!(
@@ -434,18 +413,8 @@ async fn live_two_tiers(
     }
     config.cache.disk = disk_config;
     config.admission.disk = flash;
-    let proxy = secondhit::server::start(
-        config.validate().unwrap(),
-        std::sync::Arc::new(secondhit::clock::SystemClock::new()),
-    )
-    .await
-    .unwrap();
-    let mut ro = ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
-    ro.concurrency = 1;
-    ro.limit = Some(requests);
-    let live = replay::run(source.open().unwrap(), &ro, &Quiet)
-        .await
-        .unwrap();
+    let (proxy, live) =
+        support::replay_one_at_a_time(config, source.open().unwrap(), Some(requests), None).await;
     let tier = proxy.proxy.disk().expect("a flash tier").tier.figures();
     proxy.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

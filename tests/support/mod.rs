@@ -78,3 +78,29 @@ pub mod child;
 pub mod origin;
 pub mod proxy;
 pub mod raw_origin;
+
+/// `config` served on 127.0.0.1:0 on the system clock, as deployed, and `requests` replayed
+/// through it one at a time (the first `limit` of them, all without), with the origin's
+/// counts from `origin`'s `/_stats` when given: the proxy (still running) and the report.
+pub async fn replay_one_at_a_time(
+    config: Config,
+    requests: secondhit::trace::Reader,
+    limit: Option<u64>,
+    origin: Option<SocketAddr>,
+) -> (secondhit::server::Running, secondhit::replay::ReplayReport) {
+    let proxy = secondhit::server::start(
+        config.validate().unwrap(),
+        std::sync::Arc::new(secondhit::clock::SystemClock::new()),
+    )
+    .await
+    .unwrap();
+    let mut ro =
+        secondhit::replay::ReplayOptions::new(format!("http://{}", proxy.addr).parse().unwrap());
+    ro.concurrency = 1;
+    ro.limit = limit;
+    ro.origin_stats = origin.and_then(|o| format!("http://{o}/_stats").parse().ok());
+    let report = secondhit::replay::run(requests, &ro, &secondhit::sim::Quiet)
+        .await
+        .unwrap();
+    (proxy, report)
+}
