@@ -37,8 +37,8 @@
 pub use secondhit_admission::{admission, bloom, clock, hash};
 pub use secondhit_lab::{demo, origin_server, plan, replay, sim, trace};
 pub use secondhit_proxy::{
-    access_log, body, config, disk, http_cache, lab, listener, metrics, origin, proxy, server,
-    state, tls, units,
+    access_log, body, config, disk, http_cache, lab, listener, metrics, origin, pages, proxy,
+    server, state, tls, units,
 };
 pub use secondhit_store as store;
 

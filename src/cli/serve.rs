@@ -29,6 +29,8 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
+    // Connections and the memory files of large stored bodies both take descriptors.
+    secondhit::pages::raise_open_file_limit();
     // The public listeners have worker threads of their own (`workers`); this runtime has the
     // admin listener, reloads and snapshots.
     let control = tokio::runtime::Builder::new_multi_thread()

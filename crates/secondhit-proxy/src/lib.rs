@@ -54,6 +54,8 @@
 //!   exchange (head parser, framing, chunked decoder) the pool uses for plain-HTTP origins.
 //! - [`body`]: the one response body type, whole-body helpers, and the channel-fed body with a
 //!   byte budget (backpressure).
+//! - [`pages`]: large stored bodies in sealed memory files, sent to plain-TCP clients with
+//!   `sendfile` instead of copied into the socket.
 //! - [`disk`]: the flash tier under the memory store, on foyer's block engine: our encoding of a
 //!   stored response, the write budget, recovery after a restart.
 //!
@@ -86,6 +88,7 @@ pub mod lab;
 pub mod listener;
 pub mod metrics;
 pub mod origin;
+pub mod pages;
 pub mod proxy;
 pub mod server;
 pub mod state;

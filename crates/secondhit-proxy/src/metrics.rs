@@ -434,6 +434,22 @@ fn collect_admission(
         );
     out.gauge("cache_entries", "Objects in the cache", cache_entries);
     out.gauge("cache_bytes", "Weighted bytes in the cache", cache_bytes);
+    let (files, file_bytes) = crate::pages::live();
+    out.gauge(
+        "sendfile_bodies",
+        "Stored bodies in sealed memory files, sent with sendfile (cache.sendfile)",
+        files as u64,
+    );
+    out.gauge(
+        "sendfile_bytes",
+        "Bytes of the stored bodies in sealed memory files",
+        file_bytes as u64,
+    );
+    out.counter(
+        "sendfile_writes",
+        "Writes that sent a stored body's pages with sendfile",
+        crate::pages::sends(),
+    );
     if let Some(f) = &admission.filter {
         out.gauge(
             "filter_current_fill",

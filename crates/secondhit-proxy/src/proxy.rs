@@ -304,6 +304,8 @@ pub(crate) struct Live {
     access_log: bool,
     /// How long stale objects are kept for revalidation and stale serving.
     stale_keep: Duration,
+    /// `cache.sendfile`: large bodies kept in memory are sealed ([`crate::pages`]).
+    sendfile: bool,
 }
 
 /// The proxy's store: cache keys (client-chosen URLs) hashed with foldhash, seeded at random per

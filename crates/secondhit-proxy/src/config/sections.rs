@@ -155,6 +155,11 @@ pub struct CacheConfig {
     /// is within this machine's noise (`scripts/bench-maintenance.sh`); off for a many-core host
     /// whose workers would queue on moka's maintenance lock.
     pub exact_maintenance: bool,
+    /// Keep stored bodies of 128 KiB or more in sealed memory files and send them to plain
+    /// HTTP/1.1 clients with `sendfile`, as nginx's `sendfile on` does with its files: a hit's
+    /// body is then not copied into the socket (see [`crate::pages`]). `false`: every body on
+    /// the heap, written with `writev`.
+    pub sendfile: bool,
     /// Weigh entries by body only (and maintain them exactly), as `simulate --store moka`
     /// without `--object-cost`: the store then keeps exactly the simulator's LRU. For
     /// agreement runs (`secondhit demo --lab-mode`), not for production: the capacity then
@@ -223,6 +228,7 @@ impl Default for CacheConfig {
             accept_encoding: Vec::new(),
             slice_size: 0,
             exact_maintenance: true,
+            sendfile: true,
             lab_mode: false,
             disk: DiskConfig::default(),
         }

@@ -260,13 +260,38 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+/// An IO that may send stored bodies held in sealed memory files without copying them (see
+/// [`crate::pages`]): `None` when it does not, or `bufs` holds no such body.
+pub trait WritePages {
+    /// Writes `bufs` as `poll_write_vectored` would, sending a sealed body's pages by
+    /// reference; `None` to leave the write to `poll_write_vectored`.
+    fn poll_write_pages(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Option<Poll<io::Result<usize>>>;
+}
+
+impl WritePages for tokio::net::TcpStream {
+    fn poll_write_pages(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Option<Poll<io::Result<usize>>> {
+        crate::pages::poll_write_pages(self, cx, bufs)
+    }
+}
+
+impl<T: AsyncWrite + WritePages + Unpin> AsyncWrite for Watched<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let p = Pin::new(&mut self.io).poll_write(cx, buf);
+        let p = match self.io.poll_write_pages(cx, &[io::IoSlice::new(buf)]) {
+            Some(p) => p,
+            None => Pin::new(&mut self.io).poll_write(cx, buf),
+        };
         self.wrote(p, |n| *n > 0)
     }
 
@@ -275,7 +300,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let p = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        let p = match self.io.poll_write_pages(cx, bufs) {
+            Some(p) => p,
+            None => Pin::new(&mut self.io).poll_write_vectored(cx, bufs),
+        };
         self.wrote(p, |n| *n > 0)
     }
 

@@ -107,6 +107,7 @@ impl Live {
             slice_size: config.cache.slice_size,
             access_log: config.log.access_log,
             stale_keep: config.cache.stale_keep,
+            sendfile: config.cache.sendfile,
         })
     }
 }

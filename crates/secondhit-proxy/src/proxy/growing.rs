@@ -79,13 +79,21 @@ impl Growing {
     /// buffer (copied once unless it is one chunk). A fetch holds its last chunk back and
     /// stores the whole body before [`Growing::finish`] gives readers its end, so that a
     /// client that has the whole response finds it stored.
-    pub fn assemble(&self, last: Bytes) -> Bytes {
+    pub fn assemble(&self, last: Bytes, seal: bool) -> Bytes {
         let s = self.state();
         match (s.chunks.as_slice(), last.is_empty()) {
             ([], _) => last,
             ([one], true) => one.clone(),
             (chunks, _) => {
                 let len = chunks.iter().map(Bytes::len).sum::<usize>() + last.len();
+                if seal && len >= crate::pages::MIN_BODY {
+                    // Large: straight into a sealed memory file, the one copy either way.
+                    let mut parts: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
+                    parts.push(&last);
+                    if let Some(sealed) = crate::pages::seal_parts(&parts) {
+                        return sealed;
+                    }
+                }
                 let mut b = Vec::with_capacity(len);
                 for c in chunks {
                     b.extend_from_slice(c);
@@ -230,7 +238,7 @@ mod tests {
         assert_eq!(&first[..], b"ab");
         g.push(Bytes::from_static(b"cd"));
         g.push(Bytes::from_static(b"ef"));
-        let whole = g.assemble(Bytes::new());
+        let whole = g.assemble(Bytes::new(), false);
         assert_eq!(&whole[..], b"abcdef");
         g.finish(whole);
         let late = g.reader();
@@ -246,7 +254,7 @@ mod tests {
         g.push(Bytes::from_static(b"ab"));
         let first = r.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&first[..], b"ab");
-        let whole = g.assemble(Bytes::from_static(b"cd"));
+        let whole = g.assemble(Bytes::from_static(b"cd"), false);
         assert_eq!(&whole[..], b"abcd");
         let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), r.frame());
         assert!(waiting.await.is_err(), "the held-back chunk was not pushed");
@@ -255,7 +263,7 @@ mod tests {
         // A body of one chunk, held back: no copy.
         let g = Growing::new(2);
         let one = Bytes::from_static(b"ok");
-        assert_eq!(g.assemble(one.clone()).as_ptr(), one.as_ptr());
+        assert_eq!(g.assemble(one.clone(), false).as_ptr(), one.as_ptr());
     }
 
     #[tokio::test]
@@ -267,7 +275,7 @@ mod tests {
         g.push(Bytes::from_static(b"wx"));
         tokio::task::yield_now().await;
         g.push(Bytes::from_static(b"yz"));
-        let b = g.assemble(Bytes::new());
+        let b = g.assemble(Bytes::new(), false);
         g.finish(b);
         assert_eq!(reading.await.unwrap().unwrap(), b"wxyz");
     }
@@ -300,7 +308,7 @@ mod tests {
         let g = Growing::new(2);
         let filler = g.filler();
         filler.push(Bytes::from_static(b"ok"));
-        let whole = filler.assemble(Bytes::new());
+        let whole = filler.assemble(Bytes::new(), false);
         filler.finish(whole);
         drop(filler);
         assert_eq!(read_all(g.reader()).await.unwrap(), b"ok");

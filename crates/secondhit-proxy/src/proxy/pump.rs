@@ -342,7 +342,7 @@ impl Proxy {
                 .await
             {
                 Ok(last) => {
-                    let whole = growing.assemble(last);
+                    let whole = growing.assemble(last, live.sendfile);
                     proxy.store_object(job, whole.clone(), &live);
                     growing.finish(whole);
                 }
@@ -494,6 +494,12 @@ impl Proxy {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         }
         let len = body.len() as u64;
+        let body = match (job.tiers, self.disk()) {
+            (Tiers::DiskOnly, Some(_)) => body,
+            // Kept in memory: a large body's hits send its pages without copying them.
+            _ if live.sendfile => crate::pages::seal(&body).unwrap_or(body),
+            _ => body,
+        };
         let object = Arc::new(CachedObject::new(
             job.status,
             headers,

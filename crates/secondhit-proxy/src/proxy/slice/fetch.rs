@@ -276,6 +276,12 @@ impl Proxy {
         live: &Live,
     ) {
         let now = self.clock.now();
+        let body = match tiers {
+            Tiers::DiskOnly => body,
+            // Kept in memory: its hits send its pages without copying them.
+            _ if live.sendfile => crate::pages::seal(&body).unwrap_or(body),
+            _ => body,
+        };
         let object = Arc::new(slice_object(head, index, body, now, live));
         let key = slice_key(primary, index);
         let len = object.body.len() as u64;
@@ -499,7 +505,7 @@ impl Proxy {
                 .await
             {
                 Ok(last) => {
-                    let whole = filler.assemble(last);
+                    let whole = filler.assemble(last, live.sendfile);
                     if let Some(store) = store {
                         proxy.store_slice(&primary, &head, index, whole.clone(), store, &live);
                     }
