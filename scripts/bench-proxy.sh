@@ -8,6 +8,7 @@
 # Scenarios (SCENARIOS="hit_1k hit_16k_x1000 ..." picks some; default all):
 #   hit_1k         one hot 1 KiB object, every request a HIT
 #   hit_16k_x1000  1,000 hot 16 KiB objects, uniformly at random
+#   hit_256k_x100  100 hot 256 KiB objects, uniformly at random
 #   hit_1m         one hot 1 MiB object
 #   hit_1k_c1000   hit_1k with 1,000 keep-alive connections instead of 64
 #   miss_1k        a never-seen key every request (1 KiB): forwarded, streamed back, not stored
@@ -49,9 +50,13 @@
 #          three (--origin given three times; the baseline keeps one): what the group costs
 #        FLASH=1 scripts/bench-proxy.sh
 #          also runs this build with 1 MiB of memory above a 1 GiB flash tier in the run's
-#          directory (cache.disk): hit_16k_x1000 and hit_1m are then flash hits (memory holds
-#          few 16 KiB objects and no 1 MiB one), hit_1k a memory hit; like nginx's cache, the
+#          directory (cache.disk): hit_16k_x1000, hit_256k_x100 and hit_1m are then flash hits
+#          (memory holds few 16 KiB objects and no larger one), hit_1k a memory hit; like nginx's cache, the
 #          flash tier's files are read through the page cache
+#        NO_SENDFILE=1 scripts/bench-proxy.sh
+#          also runs this build with cache.sendfile = false: every stored body on the heap and
+#          written with writev (copied into the socket), where the default keeps bodies of
+#          128 KiB or more in sealed memory files sent with sendfile (hit_256k_x100, hit_1m)
 #        LAB=1 scripts/bench-proxy.sh
 #          also runs this build with three shadow policies and the recording on (--shadow
 #          admit-all,nth-hit:3,second-hit:window=10m --record FILE): what the lab costs
@@ -79,6 +84,7 @@ mkdir -p "$dir/www" "$dir/logs"
 chmod 755 "$dir"  # nginx workers run as an unprivileged user
 head -c 1024 /dev/urandom > "$dir/www/obj-1k"
 head -c 16384 /dev/urandom > "$dir/www/obj-16k"
+head -c 262144 /dev/urandom > "$dir/www/obj-256k"
 head -c 1048576 /dev/urandom > "$dir/www/obj-1m"
 chmod -R a+rX "$dir/www"
 NGINX_LOG=off
@@ -106,7 +112,7 @@ setsid "$bin" serve "${origin_flags[@]}" --listen 127.0.0.1:18083 \
   --admin-listen 127.0.0.1:18093 --log-level warn "${SECONDHIT_LOG[@]}" 2>"$dir/logs/secondhit.log" &
 echo $! > "$dir/secondhit.pid"
 ports="18082 18083"
-if [ -n "${LAB:-}" ] || [ -n "${FLASH:-}" ]; then
+if [ -n "${LAB:-}" ] || [ -n "${FLASH:-}" ] || [ -n "${NO_SENDFILE:-}" ]; then
   BASELINE=${BASELINE:-$bin}
 fi
 if [ -n "${BASELINE:-}" ]; then
@@ -121,6 +127,10 @@ if [ -n "${BASELINE:-}" ]; then
     printf '[cache]\ncapacity = "1MiB"\n[cache.disk]\ndir = "%s"\ncapacity = "1GiB"\n' "$dir/flash" >"$dir/flash.toml"
     BASELINE_ARGS+=(--config "$dir/flash.toml")
   fi
+  if [ -n "${NO_SENDFILE:-}" ]; then
+    printf '[cache]\nsendfile = false\n' >"$dir/no-sendfile.toml"
+    BASELINE_ARGS+=(--config "$dir/no-sendfile.toml")
+  fi
   setsid "$BASELINE" serve --origin http://127.0.0.1:18081 --listen 127.0.0.1:18084 \
     --admin-listen 127.0.0.1:18094 --log-level warn "${BASELINE_ARGS[@]}" 2>"$dir/logs/baseline.log" &
   echo $! > "$dir/baseline.pid"
@@ -132,10 +142,14 @@ for f in "$dir"/secondhit.pid "$dir"/baseline.pid; do
   [ ! -f "$f" ] || kill -0 "$(cat "$f")" || { echo "the server of $f is not running" >&2; exit 1; }
 done
 
-# wrk scripts: a random one of 1,000 objects; a key never asked before.
+# wrk scripts: a random one of 1,000 (or 100) objects; a key never asked before.
 cat > "$dir/x1000.lua" <<'LUA'
 math.randomseed(os.time())
 request = function() return wrk.format(nil, "/obj-16k?k=" .. math.random(1000)) end
+LUA
+cat > "$dir/x100.lua" <<'LUA'
+math.randomseed(os.time())
+request = function() return wrk.format(nil, "/obj-256k?k=" .. math.random(100)) end
 LUA
 cat > "$dir/unique.lua" <<'LUA'
 local threads = 0
@@ -197,13 +211,15 @@ for scenario in $SCENARIOS; do
     case $port in
       18082) name="nginx proxy_cache, min_uses 2" ;;
       18083) name="secondhit serve" ;;
-      *) if [ -n "${LAB:-}" ]; then name="secondhit + 3 shadows + --record"; elif [ -n "${FLASH:-}" ]; then name="secondhit, 1 MiB memory above flash"; else name="secondhit (baseline: $BASELINE)"; fi ;;
+      *) if [ -n "${LAB:-}" ]; then name="secondhit + 3 shadows + --record"; elif [ -n "${FLASH:-}" ]; then name="secondhit, 1 MiB memory above flash"; elif [ -n "${NO_SENDFILE:-}" ]; then name="secondhit, cache.sendfile = false"; else name="secondhit (baseline: $BASELINE)"; fi ;;
     esac
     url="http://127.0.0.1:$port"
     conns=64; args=()
     case $scenario in
       hit_1k) path=/obj-1k ;;
       hit_1m) path=/obj-1m ;;
+      hit_256k_x100) path=/obj-256k?k=1; args=(-s "$dir/x100.lua")
+        wrk -t1 -c64 -d2s "${args[@]}" "$url/" >/dev/null ;;  # warm: every object to HIT
       hit_1k_c1000) path=/obj-1k; conns=1000 ;;
       hit_16k_x1000) path=/obj-16k?k=1; args=(-s "$dir/x1000.lua")
         wrk -t1 -c64 -d2s "${args[@]}" "$url/" >/dev/null ;;  # warm: every object to HIT
@@ -241,7 +257,7 @@ for scenario in $SCENARIOS; do
     case $port in
       18082) name="nginx proxy_cache, min_uses 2" ;;
       18083) name="secondhit serve" ;;
-      *) if [ -n "${LAB:-}" ]; then name="secondhit + lab"; elif [ -n "${FLASH:-}" ]; then name="secondhit from flash"; else name="baseline"; fi ;;
+      *) if [ -n "${LAB:-}" ]; then name="secondhit + lab"; elif [ -n "${FLASH:-}" ]; then name="secondhit from flash"; elif [ -n "${NO_SENDFILE:-}" ]; then name="sendfile off"; else name="baseline"; fi ;;
     esac
     summary+=$(awk -v p="$port" -v sc="$scenario" -v name="$name" "$MEDIAN"'
       function ms(x) { if (x ~ /us$/) return x / 1000; if (x ~ /ms$/) return x + 0; if (x ~ /s$/) return x * 1000; return x + 0 }

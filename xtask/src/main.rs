@@ -98,6 +98,13 @@ const SUITES: &[Suite] = &[
         knobs: &["SCENARIOS", "RUNS", "DURATION", "SECONDHIT_BIN", "FLASH"],
     },
     Suite {
+        name: "sendfile",
+        title: "Large memory hits: bodies in sealed memory files sent with sendfile (the default) against the same build writing them from the heap",
+        peer: "the same build with cache.sendfile = false (NO_SENDFILE=1), and nginx proxy_cache with sendfile",
+        script: "scripts/bench-proxy.sh",
+        knobs: &["SCENARIOS", "RUNS", "DURATION", "SECONDHIT_BIN", "NO_SENDFILE"],
+    },
+    Suite {
         name: "maintenance",
         title: "moka's maintenance: exact (as the simulator's, the default) against moka's own",
         peer: "the same build with cache.exact_maintenance = false",
