@@ -63,7 +63,10 @@ async fn large_hits_go_by_sendfile_and_every_client_gets_the_exact_bytes() {
         .send(Method::GET, &path, &[("range", "bytes=70000-2500000")])
         .await;
     assert_eq!(got.status, StatusCode::PARTIAL_CONTENT);
-    assert!(got.bytes() == &want[70_000..=2_500_000], "range bytes differ");
+    assert!(
+        got.bytes() == &want[70_000..=2_500_000],
+        "range bytes differ"
+    );
 
     // Two requests pipelined on one connection: both bodies in one write queue.
     let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
@@ -81,7 +84,10 @@ async fn large_hits_go_by_sendfile_and_every_client_gets_the_exact_bytes() {
     let first = body_of(&all).expect("a head");
     assert!(first[..SIZE] == want[..], "first pipelined body differs");
     let second = body_of(&first[SIZE..]).expect("a second head");
-    assert!(second == &want[SIZE - 1000..], "second pipelined body differs");
+    assert!(
+        second == &want[SIZE - 1000..],
+        "second pipelined body differs"
+    );
 
     // HTTP/2 reads the sealed body as memory.
     let req = Request::builder()
@@ -100,7 +106,10 @@ async fn large_hits_go_by_sendfile_and_every_client_gets_the_exact_bytes() {
         drop(s);
     }
     let got = http.get(&path).await;
-    assert!(got.bytes() == want, "bytes differ after clients left mid-body");
+    assert!(
+        got.bytes() == want,
+        "bytes differ after clients left mid-body"
+    );
     assert_eq!(o.total(), 2, "the origin saw the first two requests only");
 }
 
@@ -118,4 +127,42 @@ async fn without_sendfile_large_bodies_stay_on_the_heap() {
     http.get(&format!("{PATH}?size={SIZE}")).await;
     assert_eq!(metric(&p, "secondhit_sendfile_bodies"), bodies);
     assert_eq!(metric(&p, "secondhit_sendfile_writes_total"), writes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flash_hit_promoted_to_memory_is_sent_by_sendfile() {
+    let _turn = TURNS.lock().await;
+    let d = std::env::temp_dir().join(format!("secondhit-sendfile-it-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let o = origin::start().await;
+    // Memory second-hits, the flash tier admits all: the first request goes to flash at once.
+    let config = format!(
+        "[admission]\npolicy = \"second-hit\"\ndisk = \"admit-all\"\n\
+         [cache.disk]\ndir = \"{}\"\ncapacity = \"8MiB\"\nblock_size = \"1MiB\"\n",
+        d.display()
+    );
+    let (p, _) = start(&o.url(), &config).await;
+    let http = Http::new(p.addr);
+    let (size, path) = (300_000, "/cache/promoted?size=300000");
+    let want = content("/cache/promoted", size);
+    let bodies = metric(&p, "secondhit_sendfile_bodies");
+    let got = http.get(path).await;
+    assert!(got.bytes() == want);
+    // Written to flash only: nothing sealed.
+    assert_eq!(metric(&p, "secondhit_sendfile_bodies"), bodies);
+    // The flash hit is promoted to memory, sealed, and served from the sealed copy.
+    let got = http.get(path).await;
+    let status = got.header("cache-status").unwrap_or_default().to_owned();
+    assert!(status.contains("detail=disk"), "{status}");
+    assert!(got.bytes() == want, "the flash hit's bytes differ");
+    assert_eq!(metric(&p, "secondhit_sendfile_bodies"), bodies + 1);
+    let writes = metric(&p, "secondhit_sendfile_writes_total");
+    let got = http.get(path).await;
+    let status = got.header("cache-status").unwrap_or_default().to_owned();
+    assert!(got.x_cache().starts_with("HIT") && !status.contains("detail=disk"), "{status}");
+    assert!(got.bytes() == want, "the memory hit's bytes differ");
+    assert!(metric(&p, "secondhit_sendfile_writes_total") > writes);
+    assert_eq!(o.total(), 1);
+    p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&d);
 }

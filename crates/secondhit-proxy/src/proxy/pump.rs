@@ -342,7 +342,9 @@ impl Proxy {
                 .await
             {
                 Ok(last) => {
-                    let whole = growing.assemble(last, live.sendfile);
+                    // Sealed only when it stays in memory.
+                    let seal = live.sendfile && job.tiers != Tiers::DiskOnly;
+                    let whole = growing.assemble(last, seal);
                     proxy.store_object(job, whole.clone(), &live);
                     growing.finish(whole);
                 }

@@ -20,7 +20,8 @@ impl Proxy {
         let size = live.slice_size;
         let index = start / size;
         let id = slice_id(target.id, index);
-        if let Some((o, source)) = self.stored_slice(&target.key, index, id, size, None).await {
+        let stored = self.stored_slice(&target.key, index, id, size, None, live.sendfile);
+        if let Some((o, source)) = stored.await {
             if let Some(head) = self.head_of_slice(&o, index, size) {
                 let head = Arc::new(head);
                 self.store
