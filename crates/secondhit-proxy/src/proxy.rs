@@ -924,7 +924,7 @@ impl Proxy {
         live: &Arc<Live>,
     ) -> Answer {
         if plan != RequestPlan::Refresh {
-            if let Some(answer) = self.disk_hit(target, key, &parts, live.sendfile).await {
+            if let Some(answer) = self.disk_hit(target, key, &parts).await {
                 return answer;
             }
         }
@@ -1163,13 +1163,12 @@ impl Proxy {
 
     /// Phase 3b: a memory miss looked up on disk. A fresh object there is served (`detail=disk`)
     /// and promoted to memory if the memory policy admits it (never written to disk again).
-    async fn disk_hit(
-        &self,
-        target: &Target,
-        key: &str,
-        parts: &Parts,
-        sendfile: bool,
-    ) -> Option<Answer> {
+    ///
+    /// A promoted body stays on the heap, unsealed ([`crate::pages`]): sealing costs several
+    /// heap copies, and a promotion is paid on every flash hit of an object memory cannot keep.
+    /// Sealing promotions made 1 MiB flash hits above 1 MiB of memory cost 710 us of CPU a
+    /// request instead of 245 (`FLASH=1 cargo xtask bench flash-hits`).
+    async fn disk_hit(&self, target: &Target, key: &str, parts: &Parts) -> Option<Answer> {
         let d = self.disk.as_ref()?;
         let obj = d.tier.get(key).await?;
         let now = self.clock.now();
@@ -1181,31 +1180,12 @@ impl Proxy {
         {
             return None;
         }
-        let obj = if self.admission.on_miss(KeyHash::of_u64(target.id), now) != Decision::Defer {
-            self.promote(key, obj, sendfile)
-        } else {
-            obj
-        };
+        if self.admission.on_miss(KeyHash::of_u64(target.id), now) != Decision::Defer {
+            self.store
+                .load()
+                .insert(key.to_owned(), Entry::Object(Arc::clone(&obj)));
+        }
         Some(self.hit(&obj, parts, Some("disk")))
-    }
-
-    /// Stores `obj`, read from disk, in memory under `key`, its body sealed when `sendfile`
-    /// (as bodies stored from the origin are, so that hits on a promoted object send its
-    /// pages too); returns the object as stored.
-    pub(crate) fn promote(
-        &self,
-        key: &str,
-        obj: Arc<CachedObject>,
-        sendfile: bool,
-    ) -> Arc<CachedObject> {
-        let obj = match sendfile.then(|| crate::pages::seal(&obj.body)).flatten() {
-            Some(body) => Arc::new(obj.with_body(body)),
-            None => obj,
-        };
-        self.store
-            .load()
-            .insert(key.to_owned(), Entry::Object(Arc::clone(&obj)));
-        obj
     }
 
     /// Phases 5 to 7: fetch, classify, pump.

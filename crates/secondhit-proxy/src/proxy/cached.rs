@@ -168,25 +168,6 @@ impl CachedObject {
         }
     }
 
-    /// The same response with `body` (the same bytes, held elsewhere: see [`crate::pages`]),
-    /// not bound for disk.
-    pub fn with_body(&self, body: Bytes) -> CachedObject {
-        CachedObject {
-            status: self.status,
-            headers: self.headers.clone(),
-            body,
-            stored_at: self.stored_at,
-            fresh_until: self.fresh_until,
-            initial_age: self.initial_age,
-            auth_ok: self.auth_ok,
-            stale_while_revalidate: self.stale_while_revalidate,
-            stale_if_error: self.stale_if_error,
-            keep_until: self.keep_until,
-            tags: self.tags.clone(),
-            bound_for_disk: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
     /// Its age at `now` (RFC 9111 §4.2.3).
     pub fn age(&self, now: Duration) -> Duration {
         self.initial_age + now.saturating_sub(self.stored_at)

@@ -350,7 +350,6 @@ impl Proxy {
         id: u64,
         slice_size: u64,
         head: Option<&Sliced>,
-        sendfile: bool,
     ) -> Option<(Arc<CachedObject>, SliceSource)> {
         let key = slice_key(primary, index);
         let fits = |o: &CachedObject| match head {
@@ -368,13 +367,12 @@ impl Proxy {
                 if let Some(o) = d.tier.get(&key).await {
                     if !d.purged(&key, &o) && fits(&o) {
                         let now = self.clock.now();
-                        let o = if self.admission.on_miss(KeyHash::of_u64(id), now)
-                            != Decision::Defer
-                        {
-                            self.promote(&key, o, sendfile)
-                        } else {
-                            o
-                        };
+                        if self.admission.on_miss(KeyHash::of_u64(id), now) != Decision::Defer {
+                            // On the heap, as a promoted whole object (see `disk_hit`).
+                            self.store
+                                .load()
+                                .insert(key.clone(), Entry::Object(Arc::clone(&o)));
+                        }
                         found = Some((o, SliceSource::Disk));
                     }
                 }
@@ -396,14 +394,7 @@ impl Proxy {
         let head = &ctx.head;
         let id = slice_id(ctx.id, index);
         let found = self
-            .stored_slice(
-                &ctx.primary,
-                index,
-                id,
-                head.slice_size,
-                Some(head),
-                ctx.live.sendfile,
-            )
+            .stored_slice(&ctx.primary, index, id, head.slice_size, Some(head))
             .await;
         if let Some((o, source)) = found {
             return Ok((SliceData::Whole(o.body.clone()), source));
@@ -516,8 +507,8 @@ impl Proxy {
             {
                 Ok(last) => {
                     // Sealed only when it stays in memory.
-                    let seal = live.sendfile
-                        && matches!(store, Some((t, _)) if t != Tiers::DiskOnly);
+                    let seal =
+                        live.sendfile && matches!(store, Some((t, _)) if t != Tiers::DiskOnly);
                     let whole = filler.assemble(last, seal);
                     if let Some(store) = store {
                         proxy.store_slice(&primary, &head, index, whole.clone(), store, &live);

@@ -20,8 +20,7 @@ impl Proxy {
         let size = live.slice_size;
         let index = start / size;
         let id = slice_id(target.id, index);
-        let stored = self.stored_slice(&target.key, index, id, size, None, live.sendfile);
-        if let Some((o, source)) = stored.await {
+        if let Some((o, source)) = self.stored_slice(&target.key, index, id, size, None).await {
             if let Some(head) = self.head_of_slice(&o, index, size) {
                 let head = Arc::new(head);
                 self.store
