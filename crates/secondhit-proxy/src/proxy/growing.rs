@@ -87,7 +87,8 @@ impl Growing {
             (chunks, _) => {
                 let len = chunks.iter().map(Bytes::len).sum::<usize>() + last.len();
                 if seal && len >= crate::pages::MIN_BODY {
-                    // Large: straight into a sealed memory file, the one copy either way.
+                    // Large: straight into a sealed memory file, the one copy either way (the
+                    // store then finds it sealed: `Tiers::stored_body`).
                     let mut parts: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
                     parts.push(&last);
                     if let Some(sealed) = crate::pages::seal_parts(&parts) {

@@ -86,6 +86,22 @@ impl Tiers {
             Tiers::Memory
         }
     }
+
+    /// Whether a body stored to these tiers is sealed ([`crate::pages`], `cache.sendfile`): it
+    /// stays in memory, where its hits send its pages. A body bound for flash only does not.
+    pub fn seals(self, sendfile: bool) -> bool {
+        sendfile && self != Tiers::DiskOnly
+    }
+
+    /// `body` as these tiers store it: sealed when [`Tiers::seals`] (as it is when already
+    /// sealed, or when sealing is refused), else as it is.
+    pub fn stored_body(self, sendfile: bool, body: Bytes) -> Bytes {
+        if self.seals(sendfile) {
+            crate::pages::seal(&body).unwrap_or(body)
+        } else {
+            body
+        }
+    }
 }
 
 /// Bodies announced at up to this many bytes are read whole before the response goes out.
@@ -342,9 +358,7 @@ impl Proxy {
                 .await
             {
                 Ok(last) => {
-                    // Sealed only when it stays in memory.
-                    let seal = live.sendfile && job.tiers != Tiers::DiskOnly;
-                    let whole = growing.assemble(last, seal);
+                    let whole = growing.assemble(last, job.tiers.seals(live.sendfile));
                     proxy.store_object(job, whole.clone(), &live);
                     growing.finish(whole);
                 }
@@ -496,12 +510,7 @@ impl Proxy {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         }
         let len = body.len() as u64;
-        let body = match (job.tiers, self.disk()) {
-            (Tiers::DiskOnly, Some(_)) => body,
-            // Kept in memory: a large body's hits send its pages without copying them.
-            _ if live.sendfile => crate::pages::seal(&body).unwrap_or(body),
-            _ => body,
-        };
+        let body = job.tiers.stored_body(live.sendfile, body);
         let object = Arc::new(CachedObject::new(
             job.status,
             headers,

@@ -276,12 +276,7 @@ impl Proxy {
         live: &Live,
     ) {
         let now = self.clock.now();
-        let body = match tiers {
-            Tiers::DiskOnly => body,
-            // Kept in memory: its hits send its pages without copying them.
-            _ if live.sendfile => crate::pages::seal(&body).unwrap_or(body),
-            _ => body,
-        };
+        let body = tiers.stored_body(live.sendfile, body);
         let object = Arc::new(slice_object(head, index, body, now, live));
         let key = slice_key(primary, index);
         let len = object.body.len() as u64;
@@ -506,9 +501,7 @@ impl Proxy {
                 .await
             {
                 Ok(last) => {
-                    // Sealed only when it stays in memory.
-                    let seal =
-                        live.sendfile && matches!(store, Some((t, _)) if t != Tiers::DiskOnly);
+                    let seal = store.as_ref().is_some_and(|(t, _)| t.seals(live.sendfile));
                     let whole = filler.assemble(last, seal);
                     if let Some(store) = store {
                         proxy.store_slice(&primary, &head, index, whole.clone(), store, &live);
