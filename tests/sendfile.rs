@@ -168,3 +168,20 @@ async fn bodies_for_flash_only_and_flash_hits_promoted_to_memory_stay_on_the_hea
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[tokio::test]
+async fn a_large_body_the_origin_breaks_off_is_never_sealed() {
+    let _turn = TURNS.lock().await;
+    let o = origin::start().await;
+    let (p, _) = start(&o.url(), "[admission]\npolicy = \"admit-all\"\n").await;
+    let http = Http::new(p.addr);
+    let bodies = metric(&p, "secondhit_sendfile_bodies");
+    // Admitted at once: half of 1 MB arrives, then the origin resets.
+    for _ in 0..2 {
+        let got = http.get("/short/big?size=1000000").await;
+        assert!(got.body.is_err(), "the client saw the cut");
+        assert_ne!(got.x_cache(), "HIT");
+    }
+    assert_eq!(metric(&p, "secondhit_sendfile_bodies"), bodies);
+    assert_eq!(o.total(), 2, "nothing was stored to answer the second");
+}
